@@ -1,0 +1,125 @@
+"""One way to call a chat model: `ModelClient`.
+
+Every model call in planexec (planning, resolution fallback, reasoning steps,
+evaluation, answers) goes through a `ModelClient`, which enforces the timeout, counts
+the call (and tokens) in `Usage` by purpose, and emits an `LLMCalled` event. The
+resilience layer (retries with backoff, circuit breaker) plugs in here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+
+from planexec.errors import ModelError, ModelTimeoutError
+from planexec.events import EventBus, LLMCalled
+from planexec.results import Usage
+
+__all__ = ["ModelClient", "as_client", "message_text"]
+
+
+def message_text(message: Any) -> str:
+    """The text of a model reply (string content, or the text parts of a list)."""
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") in (None, "text"):
+                parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    return str(content)
+
+
+class ModelClient:
+    """Calls a chat model with a timeout, counting usage and emitting events."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        timeout: float | None = None,
+        usage: Usage | None = None,
+        bus: EventBus | None = None,
+        run_id: str = "-",
+    ) -> None:
+        self.model = model
+        """The underlying langchain-core chat model."""
+        self.timeout = timeout
+        """Seconds a call may take (streaming included), or None for no limit."""
+        self.usage = usage if usage is not None else Usage()
+        """Where calls and tokens are counted."""
+        self.bus = bus
+        self.run_id = run_id
+
+    def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelClient:
+        """Return a client on the same model that counts into ``usage`` for ``run_id``."""
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.usage, clone.bus, clone.run_id = usage, bus, run_id
+        return clone
+
+    async def _invoke(self, messages: Sequence[BaseMessage]) -> Any:
+        return await self.model.ainvoke(list(messages))
+
+    async def complete(
+        self, messages: Sequence[BaseMessage], *, purpose: str, step_id: int | None = None
+    ) -> str:
+        """Send ``messages`` and return the reply's text.
+
+        Raises:
+            ModelTimeoutError: the call exceeded ``timeout``.
+            ModelError: the model raised.
+        """
+        start = time.perf_counter()
+        ok = False
+        try:
+            if self.timeout is not None:
+                reply = await asyncio.wait_for(self._invoke(messages), self.timeout)
+            else:
+                reply = await self._invoke(messages)
+            ok = True
+        except TimeoutError as exc:
+            raise ModelTimeoutError(
+                f"model call ({purpose}) timed out after {self.timeout}s"
+            ) from exc
+        except ModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any provider error becomes ModelError
+            raise ModelError(f"model call ({purpose}) failed: {exc!r}") from exc
+        finally:
+            tokens = None
+            if ok:
+                meta = getattr(reply, "usage_metadata", None) or {}
+                tokens = {
+                    k.removesuffix("_tokens"): int(v)
+                    for k, v in dict(meta).items()
+                    if k in ("input_tokens", "output_tokens", "total_tokens")
+                }
+            self.usage.add_llm_call(purpose, tokens)
+            if self.bus is not None:
+                await self.bus.emit(
+                    LLMCalled(
+                        run_id=self.run_id,
+                        purpose=purpose,
+                        step_id=step_id,
+                        duration=time.perf_counter() - start,
+                        ok=ok,
+                    )
+                )
+        return message_text(reply)
+
+
+def as_client(model: BaseChatModel | ModelClient | None) -> ModelClient | None:
+    """Wrap a chat model in a `ModelClient` (a client or None is returned as is)."""
+    if model is None or isinstance(model, ModelClient):
+        return model
+    return ModelClient(model)

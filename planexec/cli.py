@@ -1,0 +1,79 @@
+"""The ``planexec`` command.
+
+Each group of subcommands lives in its own module under `planexec.commands` and
+registers itself through a ``register(subparsers)`` function; ``main`` only wires them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from planexec.errors import PlanexecError
+
+__all__ = ["main"]
+
+COMMAND_MODULES = (
+    "planexec.commands.plan",
+    "planexec.commands.run",
+    "planexec.commands.demo",
+    "planexec.commands.ask",
+    "planexec.commands.runs",
+    "planexec.commands.serve",
+    "planexec.commands.regress",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="planexec",
+        description="Plan-and-execute tool calling that never drops an argument silently.",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.register(sub)
+    return parser
+
+
+def _configure_logging(verbosity: int) -> None:
+    from loguru import logger
+
+    logger.remove()
+    level = {0: "WARNING", 1: "INFO"}.get(verbosity, "DEBUG")
+    logger.add(
+        sys.stderr,
+        level=level,
+        format="<level>{level: <7}</level> run={extra[run_id]} step={extra[step_id]} | "
+        "{message}",
+    )
+    logger.configure(extra={"run_id": "-", "step_id": "-"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``planexec`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        code = args.func(args)
+    except PlanexecError as exc:
+        print(f"planexec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("planexec: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``planexec`` CLI, one module per group."""

@@ -1,0 +1,172 @@
+"""Error kinds and the exception tree.
+
+Every failure of a step or a run has an `ErrorKind` and a message naming the step, the
+argument and the cause; it travels in `StepResult.error`, not as an exception. The
+exceptions below are for the API boundary: things the caller asked for that could not
+be done at all.
+
+Exception tree::
+
+    PlanexecError
+    ├── PlanParseError          no usable plan in a text
+    ├── ConfigError             invalid configuration (unknown keys, bad values, bad spec)
+    │   └── MissingExtraError   an optional extra is not installed (also an ImportError)
+    ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools
+    ├── ModelError              a chat model call failed after its retries
+    │   └── ModelTimeoutError   ... by exceeding its timeout
+    ├── CircuitOpenError        a circuit breaker is open: the call failed fast
+    ├── RunError                a run could not be started, resumed or found
+    │   └── RunNotFoundError
+    ├── StoreError              the run store failed
+    └── CassetteError           regression cassettes
+        └── CassetteMissError   a request is not in the cassette (with a diff)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "CassetteError",
+    "CassetteMissError",
+    "CircuitOpenError",
+    "ConfigError",
+    "ErrorKind",
+    "MissingExtraError",
+    "ModelError",
+    "ModelTimeoutError",
+    "PlanParseError",
+    "PlanexecError",
+    "RunError",
+    "RunNotFoundError",
+    "StoreError",
+    "ToolLoadError",
+    "require_extra",
+]
+
+
+class ErrorKind(StrEnum):
+    """What kind of failure a step or a run met. Recovery is chosen by kind."""
+
+    PLAN_PARSE = "PLAN_PARSE"
+    """No usable plan."""
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    """The plan names a tool that does not exist."""
+    ARGS_SYNTAX = "ARGS_SYNTAX"
+    """``#Args`` could not be read."""
+    MISSING_REFERENCE = "MISSING_REFERENCE"
+    """A reference to a step that does not exist."""
+    UPSTREAM_FAILED = "UPSTREAM_FAILED"
+    """A referenced step failed or was blocked."""
+    RESOLUTION_FAILED = "RESOLUTION_FAILED"
+    """The LLM fallback gave nothing usable after its retry, or none was available."""
+    ARGS_INVALID = "ARGS_INVALID"
+    """Resolved arguments fail the tool's schema."""
+    TOOL_ERROR = "TOOL_ERROR"
+    """The tool raised, returned ``is_error``, or returned an error payload."""
+    TOOL_TIMEOUT = "TOOL_TIMEOUT"
+    """The tool did not finish within its timeout."""
+    EMPTY_OUTPUT = "EMPTY_OUTPUT"
+    """The tool returned nothing."""
+    MODEL_ERROR = "MODEL_ERROR"
+    """A model call (reasoning, planning) failed after its retries."""
+    CIRCUIT_OPEN = "CIRCUIT_OPEN"
+    """A circuit breaker was open, so the call failed fast."""
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    """A step, repeat or sequence limit was hit."""
+    CANCELLED = "CANCELLED"
+    """Cancelled by the caller."""
+    UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    """A tool call started, its result was never recorded, and the tool is unsafe."""
+    EVALUATION_FAILED = "EVALUATION_FAILED"
+    """The evaluator judged the run unsuccessful."""
+    OUTPUT_MISSING_STEP = "OUTPUT_MISSING_STEP"
+    """A typed output was asked for, and the plan has no final mapping step."""
+    OUTPUT_ARGS_MISSING = "OUTPUT_ARGS_MISSING"
+    """The final mapping step leaves fields of the output type unfilled."""
+    OUTPUT_INVALID = "OUTPUT_INVALID"
+    """The final mapping's values do not validate into the output type."""
+    OUTPUT_UNEXPECTED = "OUTPUT_UNEXPECTED"
+    """The typed output differs from the expected field values."""
+
+
+class PlanexecError(Exception):
+    """Base class of every exception planexec raises on purpose."""
+
+
+class PlanParseError(PlanexecError):
+    """No usable plan could be read from a text.
+
+    The message says what was found instead (nothing, a refusal, prose, ...).
+    """
+
+    def __init__(self, message: str, diagnostics: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.diagnostics = diagnostics
+        """The diagnostics gathered before giving up (`planexec.plan.Diagnostic`)."""
+
+
+class ConfigError(PlanexecError):
+    """Invalid configuration: unknown keys, bad values, an unusable model spec."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional extra is needed and not installed; the message has the command."""
+
+
+class ToolLoadError(PlanexecError):
+    """Tools could not be loaded from a ``MODULE:ATTR`` or an MCP configuration."""
+
+
+class ModelError(PlanexecError):
+    """A chat model call failed after its retries."""
+
+
+class ModelTimeoutError(ModelError):
+    """A chat model call exceeded its timeout."""
+
+
+class CircuitOpenError(PlanexecError):
+    """A circuit breaker is open; the call was not attempted."""
+
+    def __init__(self, name: str, retry_in: float) -> None:
+        super().__init__(f"circuit breaker {name!r} is open; next try in {retry_in:.2f}s")
+        self.name = name
+        self.retry_in = retry_in
+
+
+class RunError(PlanexecError):
+    """A run could not be started, resumed or completed as asked."""
+
+
+class RunNotFoundError(RunError):
+    """No run with that id is in the store."""
+
+
+class StoreError(PlanexecError):
+    """The run store failed."""
+
+
+class CassetteError(PlanexecError):
+    """A regression cassette could not be read, written or used."""
+
+
+class CassetteMissError(CassetteError):
+    """A model request is not in the cassette.
+
+    The message holds a diff against the closest recorded request.
+    """
+
+
+def require_extra(module: str, extra: str) -> None:
+    """Import-check an optional dependency, failing with the install command.
+
+    Raises:
+        MissingExtraError: the module cannot be imported.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtraError(
+            f"this feature needs the {module!r} package: pip install \"planexec[{extra}]\""
+        )

@@ -1,0 +1,173 @@
+"""Typed events, for streaming, tracing and the run store.
+
+Every event is a frozen dataclass with the run id and a timestamp. Producers (the
+executor, the agent) emit them through an `EventBus`; subscribers are awaited in order,
+so a subscriber that persists a `StepFinished` (the run store) has done so before any
+step that depends on it starts. Subscribers observe; they never drive the run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planexec.errors import ErrorKind
+from planexec.plan import Plan
+from planexec.results import ResolutionMethod, StepResult
+
+__all__ = [
+    "ArgResolved",
+    "Event",
+    "EventBus",
+    "EventHandler",
+    "FallbackUsed",
+    "LLMCalled",
+    "PlanCreated",
+    "RecoveryDecided",
+    "RunFinished",
+    "RunStarted",
+    "StepFinished",
+    "StepStarted",
+    "ToolCallStarted",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Base of every event."""
+
+    run_id: str
+    """The run the event belongs to."""
+    ts: float = field(default_factory=time.time)
+    """When it happened (seconds since the epoch)."""
+
+    @property
+    def type(self) -> str:
+        """The event's type name, e.g. ``StepFinished``."""
+        return type(self).__name__
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    """A run began."""
+
+    question: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCreated(Event):
+    """A plan (first or re-plan) was parsed and checked."""
+
+    version: int
+    plan: Plan | None
+    text: str = ""
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepStarted(Event):
+    """A step's dependencies are done; its arguments are about to be resolved."""
+
+    step_id: int
+    tool: str | None
+    plan_version: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgResolved(Event):
+    """One argument of a step got its value."""
+
+    step_id: int
+    arg: str
+    method: ResolutionMethod
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallStarted(Event):
+    """A tool call is about to be made.
+
+    After this point a crash leaves an unknown outcome for tools that are not safe.
+    """
+
+    step_id: int
+    tool: str
+    args: dict[str, Any]
+    attempt: int = 1
+    plan_version: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFinished(Event):
+    """A step ended, whatever its status."""
+
+    result: StepResult
+    plan_version: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class FallbackUsed(Event):
+    """A fallback, repair, retry or skip happened: never silently."""
+
+    step_id: int | None
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMCalled(Event):
+    """A chat model was called."""
+
+    purpose: str
+    step_id: int | None = None
+    duration: float = 0.0
+    ok: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoveryDecided(Event):
+    """The agent chose a recovery action for a failure."""
+
+    error_kind: ErrorKind | None
+    action: str
+    reason: str
+    step_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    """A run ended."""
+
+    status: str
+    answer: str | None = None
+    error: str | None = None
+
+
+EventHandler = Callable[[Event], Awaitable[None] | None]
+"""A subscriber: a function of an event, sync or async."""
+
+
+class EventBus:
+    """Delivers events to subscribers, in subscription order, awaiting each."""
+
+    def __init__(self, handlers: list[EventHandler] | None = None) -> None:
+        self._handlers: list[EventHandler] = list(handlers or [])
+
+    def subscribe(self, handler: EventHandler) -> None:
+        """Add a subscriber."""
+        self._handlers.append(handler)
+
+    def unsubscribe(self, handler: EventHandler) -> None:
+        """Remove a subscriber, if present."""
+        if handler in self._handlers:
+            self._handlers.remove(handler)
+
+    async def emit(self, event: Event) -> None:
+        """Deliver ``event`` to every subscriber; returns when all have handled it."""
+        for handler in list(self._handlers):
+            out = handler(event)
+            if inspect.isawaitable(out):
+                await out

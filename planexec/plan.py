@@ -1,0 +1,319 @@
+"""The plan model: `Plan`, `Step`, `Ref`, `Template` and `Diagnostic`.
+
+Everything here is a frozen dataclass. A parsed plan is a value: the parser builds it,
+validation adds diagnostics by building a new one, and nothing downstream mutates it.
+
+Arguments are nested values (``dict``/``list``/scalars) in which a reference to an
+earlier step's result appears either as a `Ref` (the whole value *is* the reference, so
+it receives the referenced value with its type) or inside a `Template` (a string with
+one or more embedded references, interpolated as text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, TypeAlias
+
+__all__ = [
+    "ArgValue",
+    "Diagnostic",
+    "Plan",
+    "PathElem",
+    "Ref",
+    "Severity",
+    "Step",
+    "Template",
+    "format_path",
+    "iter_refs",
+    "to_jsonable",
+]
+
+PathElem: TypeAlias = str | int
+"""One element of a reference path: a key (``.name`` or ``["key"]``) or an index."""
+
+
+class Severity(StrEnum):
+    """How serious a `Diagnostic` is."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+def format_path(path: tuple[PathElem, ...]) -> str:
+    """Render a path the way the reference grammar writes it.
+
+    Identifiers use ``.name``; other keys use ``["key"]``; integers use ``[i]``.
+
+    >>> format_path(("items", 0, "id", "excess purge"))
+    '.items[0].id["excess purge"]'
+    """
+    out: list[str] = []
+    for elem in path:
+        if isinstance(elem, int):
+            out.append(f"[{elem}]")
+        elif elem.isidentifier():
+            out.append(f".{elem}")
+        else:
+            out.append(f"[{json.dumps(elem)}]")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to an earlier step's result, found in a step's arguments.
+
+    A reference is never evaluated: it is data that names a step and, optionally, a
+    path into that step's structured output.
+    """
+
+    step: int
+    """The number of the referenced step (``3`` for ``<step_3>``)."""
+    path: tuple[PathElem, ...] = ()
+    """Keys and indexes to follow into the step's output, in order."""
+    hint: str | None = None
+    """For a *hinted* reference, the words the grammar could not follow.
+
+    E.g. ``"step_1_selected_site"``. Only the LLM fallback can resolve such a reference.
+    """
+    raw: str = ""
+    """The reference exactly as written in the plan (``"{step_2.items[0]}"``)."""
+    whole_value: bool = True
+    """True when the reference is the entire value of an argument (type preserved)."""
+    location: str = ""
+    """Where the reference sits, e.g. ``"args.filters[1].asset_id"``."""
+
+    @property
+    def is_hinted(self) -> bool:
+        """Whether only the LLM fallback can resolve this reference."""
+        return self.hint is not None
+
+    @property
+    def canonical(self) -> str:
+        """The canonical text of the reference, e.g. ``<step_2.items[0].id>``.
+
+        A hinted reference keeps its raw text, since it has no canonical path.
+        """
+        if self.hint is not None:
+            return self.raw or f"{{{self.hint}}}"
+        return f"<step_{self.step}{format_path(self.path)}>"
+
+    def __str__(self) -> str:
+        return self.canonical
+
+
+@dataclass(frozen=True)
+class Template:
+    """A string with one or more embedded references, interpolated as text."""
+
+    parts: tuple[str | Ref, ...]
+    """Literal text and references, in order."""
+
+    @property
+    def refs(self) -> tuple[Ref, ...]:
+        """The references embedded in this template."""
+        return tuple(p for p in self.parts if isinstance(p, Ref))
+
+    @property
+    def canonical(self) -> str:
+        """The template's text with each reference in its canonical form."""
+        return "".join(p if isinstance(p, str) else p.canonical for p in self.parts)
+
+    def __str__(self) -> str:
+        return self.canonical
+
+
+ArgValue: TypeAlias = Any
+"""A nested argument value: JSON scalars, lists, dicts, `Ref` and `Template`."""
+
+
+def iter_refs(value: ArgValue) -> Iterator[Ref]:
+    """Yield every `Ref` in a nested argument value, depth first, in order."""
+    if isinstance(value, Ref):
+        yield value
+    elif isinstance(value, Template):
+        yield from value.refs
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from iter_refs(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from iter_refs(v)
+
+
+def to_jsonable(value: ArgValue) -> Any:
+    """Turn an argument value into plain JSON data, writing references canonically."""
+    if isinstance(value, Ref | Template):
+        return value.canonical
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """Something the parser or a check noticed about a plan.
+
+    Nothing is dropped or repaired without one.
+    """
+
+    line: int | None
+    """1-based line in the plan text, or None when it concerns the whole plan."""
+    severity: Severity
+    """``info``, ``warning`` or ``error``."""
+    code: str
+    """A stable code, e.g. ``ARGS_REPAIRED``; `docs/plan-language.md` lists them all."""
+    message: str
+    """What was found, in words a person can act on."""
+    step: int | None = None
+    """The step concerned, if any."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the diagnostic as a JSON-ready dict."""
+        return {
+            "line": self.line,
+            "severity": str(self.severity),
+            "code": self.code,
+            "message": self.message,
+            "step": self.step,
+        }
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line is not None else "plan"
+        step = f" step {self.step}" if self.step is not None else ""
+        return f"{where}{step}: {self.severity} {self.code}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a plan: a tool call (or a reasoning step when ``tool`` is None)."""
+
+    id: int
+    """The step's number (``3`` for ``#Task3`` / ``#E3`` / ``3. tool(...)``)."""
+    task: str = ""
+    """What the step is meant to do, in the planner's words."""
+    tool: str | None = None
+    """The tool to call, normalized (``sites()`` → ``sites``); None for reasoning steps."""
+    args: dict[str, ArgValue] = field(default_factory=dict)
+    """Keyword arguments; values may hold `Ref` and `Template`."""
+    positional: tuple[ArgValue, ...] = ()
+    """Positional arguments (llmcompiler ``tool(a, b)``, rewoo ``Tool[input]``).
+
+    They are bound to the tool's parameters, in schema order, at resolution time.
+    """
+    args_valid: bool = True
+    """False when ``#Args`` could not be read: the step must not run as written."""
+    args_text: str | None = None
+    """The arguments exactly as written in the plan, if any."""
+    server: str | None = None
+    """The server or agent named by ``#ServerN`` / ``#AgentN``, if any."""
+    depends_on: tuple[int, ...] = ()
+    """Steps this one depends on: explicit dependencies ∪ referenced steps, sorted."""
+    explicit_deps: tuple[int, ...] = ()
+    """Dependencies written by the planner (``#DependencyN``), sorted."""
+    expected_output: str | None = None
+    """The planner's description of the expected result. Never used as a result."""
+    lines: tuple[int, int] = (0, 0)
+    """First and last 1-based line of the step in the plan text."""
+
+    @property
+    def key(self) -> str:
+        """The step's canonical name, ``step_N``."""
+        return f"step_{self.id}"
+
+    @property
+    def is_reasoning(self) -> bool:
+        """Whether the step calls no tool."""
+        return self.tool is None
+
+    @property
+    def refs(self) -> tuple[Ref, ...]:
+        """Every reference in the step's arguments (keyword and positional)."""
+        return tuple(iter_refs(self.args)) + tuple(iter_refs(list(self.positional)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the step as JSON-ready data (the ``parse --json`` shape)."""
+        return {
+            "id": self.id,
+            "task": self.task,
+            "server": self.server,
+            "tool": self.tool,
+            "args": to_jsonable(self.args),
+            "positional": to_jsonable(list(self.positional)),
+            "args_valid": self.args_valid,
+            "depends_on": list(self.depends_on),
+            "expected_output": self.expected_output,
+            "lines": list(self.lines),
+            "references": [
+                {
+                    "step": r.step,
+                    "path": list(r.path),
+                    "hint": r.hint,
+                    "raw": r.raw,
+                    "whole_value": r.whole_value,
+                    "location": r.location,
+                }
+                for r in self.refs
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parsed plan: its steps in order, and every diagnostic found on the way."""
+
+    steps: tuple[Step, ...]
+    """The steps, in plan order."""
+    diagnostics: tuple[Diagnostic, ...] = ()
+    """Everything noticed while parsing and checking, in line order."""
+    dialect: str = "hashstep"
+    """``hashstep``, ``rewoo`` or ``llmcompiler``."""
+    source: str = ""
+    """The plan text the steps were parsed from."""
+
+    def step(self, step_id: int) -> Step:
+        """Return the step with this id.
+
+        Raises:
+            KeyError: there is no such step.
+        """
+        for s in self.steps:
+            if s.id == step_id:
+                return s
+        raise KeyError(step_id)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The step ids, in plan order."""
+        return tuple(s.id for s in self.steps)
+
+    @property
+    def has_errors(self) -> bool:
+        """Whether any diagnostic is an error."""
+        return any(d.severity is Severity.ERROR for d in self.diagnostics)
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        """The error diagnostics."""
+        return tuple(d for d in self.diagnostics if d.severity is Severity.ERROR)
+
+    def with_diagnostics(self, extra: tuple[Diagnostic, ...] | list[Diagnostic]) -> Plan:
+        """Return a copy with more diagnostics, kept in line order."""
+        merged = sorted(
+            (*self.diagnostics, *extra),
+            key=lambda d: (d.line if d.line is not None else 0),
+        )
+        return replace(self, diagnostics=tuple(merged))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the plan as JSON-ready data (the ``planexec parse --json`` shape)."""
+        return {
+            "dialect": self.dialect,
+            "steps": [s.to_dict() for s in self.steps],
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+        }

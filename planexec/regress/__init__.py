@@ -1,0 +1,1 @@
+"""The regression suite: scenario files, cassettes, the runner and the pytest plugin."""

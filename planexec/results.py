@@ -1,0 +1,256 @@
+"""What running a plan produces: `StepResult`, `Usage`, `PlanAttempt` and `Run`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+from planexec.errors import ErrorKind
+from planexec.plan import Plan
+
+__all__ = [
+    "PlanAttempt",
+    "ResolutionMethod",
+    "Run",
+    "RunStatus",
+    "StepResult",
+    "StepStatus",
+    "Usage",
+    "jsonable",
+]
+
+
+class StepStatus(StrEnum):
+    """How a step ended."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    BLOCKED = "BLOCKED"
+    """Not run because a step it depends on did not succeed."""
+    SKIPPED = "SKIPPED"
+    """Not run on purpose (e.g. a reasoning step without a model); the note says why."""
+    CANCELLED = "CANCELLED"
+
+
+class ResolutionMethod(StrEnum):
+    """How one argument got its final value."""
+
+    LITERAL = "literal"
+    REFERENCE = "reference"
+    PATH = "path"
+    INTERPOLATED = "interpolated"
+    COERCED = "coerced"
+    LLM = "llm"
+
+
+def jsonable(value: Any) -> Any:
+    """Best-effort conversion of a value to JSON data (pydantic models, tuples, sets)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict())
+    try:
+        json.dumps(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The outcome of one step. Every problem is in ``error`` with an ``error_kind``."""
+
+    step_id: int
+    """The step's number."""
+    tool: str | None
+    """The tool called (None for a reasoning step)."""
+    status: StepStatus
+    """How the step ended."""
+    args: dict[str, Any] | None = None
+    """The resolved arguments the tool was called with (None if it was not called)."""
+    output: Any = None
+    """The structured output (dict, list, model, scalar) references resolve against."""
+    raw_output: Any = None
+    """The output as the tool returned it (e.g. the JSON text before parsing)."""
+    error: str | None = None
+    """A message naming the step, the argument and the cause; None on success."""
+    error_kind: ErrorKind | None = None
+    """The kind of failure; None on success."""
+    resolution: dict[str, ResolutionMethod] = field(default_factory=dict)
+    """How each argument was resolved."""
+    llm_calls: int = 0
+    """Model calls made for this step (resolution fallback and reasoning)."""
+    attempts: int = 0
+    """Tool call attempts (retries included)."""
+    started_at: float | None = None
+    """Wall-clock start (seconds since the epoch)."""
+    duration: float | None = None
+    """Seconds from start to finish."""
+    server: str | None = None
+    """The server or agent the step named, if any."""
+    note: str | None = None
+    """A remark that is not an error (why a step was skipped, a warning kept)."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the step succeeded."""
+        return self.status is StepStatus.SUCCEEDED
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the result as JSON-ready data."""
+        return {
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "server": self.server,
+            "status": str(self.status),
+            "args": jsonable(self.args),
+            "output": jsonable(self.output),
+            "error": self.error,
+            "error_kind": str(self.error_kind) if self.error_kind else None,
+            "resolution": {k: str(v) for k, v in self.resolution.items()},
+            "llm_calls": self.llm_calls,
+            "attempts": self.attempts,
+            "started_at": self.started_at,
+            "duration": self.duration,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Usage:
+    """What a run spent. Mutable: it is filled in as the run goes."""
+
+    llm_calls: dict[str, int] = field(default_factory=dict)
+    """Model calls by purpose: ``plan``, ``resolve``, ``reason``, ``evaluate``, ``answer``."""
+    tokens: dict[str, int] = field(default_factory=dict)
+    """Tokens by kind (``input``, ``output``, ``total``) where the model reports them."""
+    tool_calls: int = 0
+    """Tool call attempts, retries included."""
+    wall_time: float = 0.0
+    """Seconds from the start of the run to its end."""
+
+    def add_llm_call(self, purpose: str, tokens: Mapping[str, int] | None = None) -> None:
+        """Count one model call for ``purpose`` and its tokens, if reported."""
+        self.llm_calls[purpose] = self.llm_calls.get(purpose, 0) + 1
+        for k, v in (tokens or {}).items():
+            self.tokens[k] = self.tokens.get(k, 0) + int(v)
+
+    @property
+    def total_llm_calls(self) -> int:
+        """All model calls, whatever their purpose."""
+        return sum(self.llm_calls.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the usage as JSON-ready data."""
+        return {
+            "llm_calls": dict(self.llm_calls),
+            "tokens": dict(self.tokens),
+            "tool_calls": self.tool_calls,
+            "wall_time": self.wall_time,
+        }
+
+
+class RunStatus(StrEnum):
+    """How a run ended (or that it has not)."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    INTERRUPTED = "INTERRUPTED"
+    """Recorded as running, but its process is gone: it can be resumed."""
+
+
+@dataclass
+class PlanAttempt:
+    """One plan of a run (the first, or a re-plan) and what running it gave."""
+
+    version: int
+    """1 for the first plan, 2 for the first re-plan, ..."""
+    plan: Plan | None
+    """The parsed plan, or None when the planner's reply held none."""
+    text: str = ""
+    """The planner's reply."""
+    results: list[StepResult] = field(default_factory=list)
+    """The step results, in completion order."""
+    reason: str | None = None
+    """Why this plan was made (None for the first; the failure or lesson otherwise)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the attempt as JSON-ready data."""
+        return {
+            "version": self.version,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "text": self.text,
+            "results": [r.to_dict() for r in self.results],
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Run:
+    """A whole agent run: the question, every plan attempt, the answer and the usage."""
+
+    run_id: str
+    """A unique id (also the key in the run store)."""
+    question: str
+    """The question asked."""
+    attempts: list[PlanAttempt] = field(default_factory=list)
+    """Every plan tried, in order."""
+    status: RunStatus = RunStatus.RUNNING
+    """How the run ended."""
+    answer: str | None = None
+    """The prose answer (with a model), or None."""
+    output: Any = None
+    """The typed output (an instance of ``output_type``), when one was asked for."""
+    error: str | None = None
+    """Why the run failed, if it did."""
+    error_kind: ErrorKind | None = None
+    """The kind of the failure that ended the run, if any."""
+    usage: Usage = field(default_factory=Usage)
+    """What the run spent."""
+    lessons: list[str] = field(default_factory=list)
+    """Lessons from the evaluator and from failures, given to re-plans."""
+
+    @property
+    def results(self) -> list[StepResult]:
+        """The latest result of every step id, across attempts."""
+        latest: dict[int, StepResult] = {}
+        for attempt in self.attempts:
+            for r in attempt.results:
+                latest[r.step_id] = r
+        return list(latest.values())
+
+    @property
+    def plan(self) -> Plan | None:
+        """The last plan tried."""
+        for attempt in reversed(self.attempts):
+            if attempt.plan is not None:
+                return attempt.plan
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the run as JSON-ready data."""
+        return {
+            "run_id": self.run_id,
+            "question": self.question,
+            "status": str(self.status),
+            "answer": self.answer,
+            "output": jsonable(self.output),
+            "error": self.error,
+            "error_kind": str(self.error_kind) if self.error_kind else None,
+            "attempts": [a.to_dict() for a in self.attempts],
+            "usage": self.usage.to_dict(),
+            "lessons": list(self.lessons),
+        }

@@ -1,0 +1,250 @@
+"""Fakes shipped in the package, so tests never call a real model or the network.
+
+- `ScriptedChatModel`: a langchain-core chat model that replies from a script (strings,
+  exceptions to raise, or functions of the request) and records every request.
+- `FunctionChatModel`: a chat model whose reply is computed by a function.
+- `fake_tool`: a langchain-core tool with a canned output, error or latency, that
+  records its calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
+
+__all__ = [
+    "FunctionChatModel",
+    "ScriptExhaustedError",
+    "ScriptedChatModel",
+    "ToolCallLog",
+    "fake_tool",
+    "messages_text",
+]
+
+Reply = str | BaseException | Callable[[list[BaseMessage]], str]
+"""A scripted reply: text, an exception to raise, or a function of the messages."""
+
+
+class ScriptExhaustedError(AssertionError):
+    """A scripted model was called more times than its script has replies."""
+
+
+def messages_text(messages: Sequence[BaseMessage]) -> str:
+    """Join the text of messages, one per paragraph (for assertions on prompts)."""
+    parts = []
+    for m in messages:
+        content = m.content
+        if isinstance(content, list):
+            content = "".join(
+                c if isinstance(c, str) else str(c.get("text", "")) for c in content
+            )
+        parts.append(f"[{m.type}] {content}")
+    return "\n\n".join(parts)
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model that answers from a script and records every request.
+
+    Example:
+        >>> model = ScriptedChatModel(replies=['{"site_name": "MAIN"}'])
+        >>> model.invoke("fill the args").content
+        '{"site_name": "MAIN"}'
+        >>> len(model.requests)
+        1
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    replies: list[Any] = Field(default_factory=list)
+    """Replies in order: strings, exceptions (raised), or functions of the messages."""
+    delay: float = 0.0
+    """Seconds to wait before replying (async calls only), to test timeouts."""
+    repeat_last: bool = False
+    """Keep answering with the last reply once the script is used up."""
+    usage: dict[str, int] | None = None
+    """Token usage to report on every reply, e.g. ``{"input_tokens": 10, ...}``."""
+    name_: str = "scripted"
+    _requests: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
+    _index: int = PrivateAttr(default=0)
+
+    @property
+    def _llm_type(self) -> str:
+        return "planexec-scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.name_}
+
+    @property
+    def requests(self) -> list[list[BaseMessage]]:
+        """Every request received, as its list of messages."""
+        return self._requests
+
+    @property
+    def calls(self) -> int:
+        """How many times the model was called."""
+        return len(self._requests)
+
+    @property
+    def remaining(self) -> int:
+        """Replies not yet used."""
+        return max(0, len(self.replies) - self._index)
+
+    def _next(self, messages: list[BaseMessage]) -> str:
+        self._requests.append(list(messages))
+        if self._index >= len(self.replies):
+            if self.repeat_last and self.replies:
+                reply = self.replies[-1]
+            else:
+                raise ScriptExhaustedError(
+                    f"ScriptedChatModel was called {len(self._requests)} times but has "
+                    f"{len(self.replies)} replies; last request:\n"
+                    f"{messages_text(messages)[:2000]}"
+                )
+        else:
+            reply = self.replies[self._index]
+            self._index += 1
+        if isinstance(reply, BaseException):
+            raise reply
+        if callable(reply):
+            return str(reply(list(messages)))
+        return str(reply)
+
+    def _result(self, text: str) -> ChatResult:
+        msg = AIMessage(content=text)
+        if self.usage:
+            msg.usage_metadata = {
+                "input_tokens": self.usage.get("input_tokens", 0),
+                "output_tokens": self.usage.get("output_tokens", 0),
+                "total_tokens": self.usage.get(
+                    "total_tokens",
+                    self.usage.get("input_tokens", 0) + self.usage.get("output_tokens", 0),
+                ),
+            }
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.delay:
+            time.sleep(self.delay)
+        return self._result(self._next(messages))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return self._result(self._next(messages))
+
+
+class FunctionChatModel(ScriptedChatModel):
+    """A chat model whose every reply is ``function(messages)``."""
+
+    function: Callable[[list[BaseMessage]], str] = Field(default=lambda m: "")
+    """Computes the reply text from the request's messages."""
+
+    def _next(self, messages: list[BaseMessage]) -> str:
+        self._requests.append(list(messages))
+        return str(self.function(list(messages)))
+
+
+@dataclass
+class ToolCallLog:
+    """The calls a fake tool received."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """The keyword arguments of each call, in order."""
+
+    @property
+    def count(self) -> int:
+        """How many calls were made."""
+        return len(self.calls)
+
+
+def fake_tool(
+    name: str,
+    output: Any = None,
+    *,
+    description: str | None = None,
+    args: dict[str, type | tuple[type, Any]] | type[BaseModel] | None = None,
+    error: str | BaseException | None = None,
+    fail_times: int = 0,
+    latency: float = 0.0,
+    function: Callable[..., Any] | None = None,
+    hints: dict[str, bool] | None = None,
+) -> BaseTool:
+    """Build a langchain-core tool with canned behaviour that records its calls.
+
+    Args:
+        name: The tool's name.
+        output: What it returns (ignored when ``function`` is given).
+        description: Its description (a default one otherwise).
+        args: Its arguments: ``{"name": type}`` or ``{"name": (type, default)}`` or a
+            pydantic model. Without it, the tool takes no arguments.
+        error: Raise this (a message becomes a `RuntimeError`) on every call, or on the
+            first ``fail_times`` calls when ``fail_times`` > 0.
+        fail_times: With ``error``, fail only this many times, then succeed (flaky tool).
+        latency: Seconds to sleep (asynchronously) before answering.
+        function: Compute the output from the keyword arguments instead.
+        hints: Safety hints stored in ``tool.metadata["planexec"]``, e.g.
+            ``{"read_only": True}``.
+
+    The calls are recorded in ``tool.metadata["calls"]`` (a `ToolCallLog`).
+    """
+    log = ToolCallLog()
+    schema: type[BaseModel]
+    if isinstance(args, type):
+        schema = args
+    else:
+        fields: dict[str, Any] = {}
+        for arg, spec in (args or {}).items():
+            fields[arg] = spec if isinstance(spec, tuple) else (spec, ...)
+        schema = create_model(f"{name}_args", **fields)
+
+    async def _run(**kwargs: Any) -> Any:
+        log.calls.append(dict(kwargs))
+        if latency:
+            await asyncio.sleep(latency)
+        if error is not None and (fail_times == 0 or log.count <= fail_times):
+            raise error if isinstance(error, BaseException) else RuntimeError(error)
+        if function is not None:
+            result = function(**kwargs)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+        return output
+
+    def _sync(**kwargs: Any) -> Any:
+        return asyncio.run(_run(**kwargs))
+
+    tool = StructuredTool.from_function(
+        func=_sync,
+        coroutine=_run,
+        name=name,
+        description=description or f"Fake tool {name}.",
+        args_schema=schema,
+    )
+    tool.metadata = {"calls": log, "planexec": dict(hints or {})}
+    return tool
