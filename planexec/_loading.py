@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 from planexec.errors import ToolLoadError
@@ -19,6 +21,9 @@ def load_object(spec: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ToolLoadError(f"expected MODULE:ATTR, got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:  # like uvicorn: a module beside the user is importable
+        sys.path.insert(0, cwd)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# MCP conformance: start `planexec serve --http` on a free loopback port, run the official
+# conformance runner's server scenarios against it, fail if any fails; always stop the server.
+# Usage: .ci/conformance.sh   (needs the project installed with the mcp extra, and npx)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python}"
+RUNNER="@modelcontextprotocol/conformance@0.1.10"
+SCENARIOS=(server-initialize ping tools-list)
+
+PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+WORK="$(mktemp -d)"
+LOG="$WORK/serve.log"
+"$PYTHON" -m planexec.cli serve --http --host 127.0.0.1 --port "$PORT" \
+    --tools planexec.examples.tools:TOOLS --store "$WORK/runs.sqlite3" >"$LOG" 2>&1 &
+SERVER_PID=$!
+cleanup() {
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+# Wait (bounded: 30 s) until the server accepts connections.
+ready=0
+for _ in $(seq 1 300); do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        echo "conformance: planexec serve exited early:" >&2; cat "$LOG" >&2; exit 1
+    fi
+    if "$PYTHON" -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1', $PORT)))"; then
+        ready=1; break
+    fi
+    sleep 0.1
+done
+if [ "$ready" != 1 ]; then
+    echo "conformance: planexec serve did not listen on port $PORT within 30s:" >&2; cat "$LOG" >&2; exit 1
+fi
+
+failed=()
+for scenario in "${SCENARIOS[@]}"; do
+    echo "== conformance: $scenario"
+    if ! timeout 300 npx -y "$RUNNER" server --url "http://127.0.0.1:$PORT/mcp" --scenario "$scenario"; then
+        failed+=("$scenario")
+    fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "conformance: FAILED: ${failed[*]}" >&2
+    echo "--- server log ---" >&2; cat "$LOG" >&2
+    exit 1
+fi
+echo "conformance: all passed (${SCENARIOS[*]})"

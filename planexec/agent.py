@@ -1,0 +1,746 @@
+"""`PlanExecuteAgent`: plan → execute → recover → evaluate → answer.
+
+One run, in order:
+
+1. **plan** — the `Planner` asks the model for a plan (purpose ``plan``) and re-prompts
+   on diagnostics within its own budget;
+2. **execute** — the `Executor` runs the plan as a DAG; the resolver's LLM fallback and
+   reasoning steps use the same run-bound, resilient model client; the `Limits` guard
+   counts steps, per-tool calls and repeated sequences;
+3. **recover** — each failed step gets a `Decision` from the `RecoveryPolicy`:
+   ``RERESOLVE`` and ``RETRY_STEP`` re-run the failed steps of the same plan (succeeded
+   steps are passed as ``prior`` and not run again; re-resolved steps get their failure
+   as feedback); ``REPLAN`` asks for a new plan that keeps the succeeded steps (they are
+   shown to the planner, may be referenced and are not run again); ``STOP`` ends the
+   run. A blocked step (``UPSTREAM_FAILED``) follows its cause: it re-runs when its
+   cause does;
+4. **answer** — with a model, a summarizer answers from the step results (failed steps
+   are shown as failed, never as evidence; purpose ``answer``); without one the run
+   carries the structured results only;
+5. **evaluate** — an optional `Evaluator`; a non-success verdict re-plans with its
+   lesson (``JOB_TOO_COMPLICATED`` asks for a finer decomposition).
+
+Every decision is an event (`RecoveryDecided`), so a store or a UI sees why a run did
+what it did. Cancelling the task running `PlanExecuteAgent.run` marks the running steps
+``CANCELLED``, finishes the `Run` as ``CANCELLED`` (emitting `RunFinished`) and then
+re-raises the cancellation; the run is available as ``agent.last_run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, ValidationError
+
+from planexec._log import run_log
+from planexec._models import ModelClient
+from planexec.config import AgentConfig
+from planexec.errors import CircuitOpenError, ErrorKind, ModelError, RunError
+from planexec.evaluation import EvalCase, EvalStatus, Evaluator, Verdict, format_results
+from planexec.events import (
+    Event,
+    EventBus,
+    EventHandler,
+    FallbackUsed,
+    PlanCreated,
+    RecoveryDecided,
+    RunFinished,
+    RunStarted,
+)
+from planexec.executor import Executor, ExecutorConfig, ModelReasoner, ToolRunner
+from planexec.plan import Plan, Step
+from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext
+from planexec.recovery import (
+    Action,
+    Decision,
+    Failure,
+    Limits,
+    RecoveryPolicy,
+    RecoveryState,
+    combine_decisions,
+)
+from planexec.resilience import BreakerRegistry, ResilientModelClient, RetryPolicy
+from planexec.resolver import ArgResolver
+from planexec.results import PlanAttempt, Run, RunStatus, StepResult, StepStatus
+from planexec.tools import ToolCatalog
+
+__all__ = ["PlanExecuteAgent"]
+
+ANSWER_SYSTEM = """You answer the user's question from the results of the steps that ran.
+Use only the outputs of steps that SUCCEEDED as evidence. A step marked FAILED, BLOCKED,
+SKIPPED or CANCELLED produced nothing: say what could not be found out, never guess it.
+Answer directly and concisely."""
+
+
+def _retry(settings: Any) -> RetryPolicy:
+    return RetryPolicy(
+        attempts=settings.attempts,
+        base_delay=settings.base_delay,
+        max_delay=settings.max_delay,
+        jitter=settings.jitter,
+    )
+
+
+def _backend_runner(settings: Any) -> ToolRunner | None:
+    """The tool runner of ``executor.backend`` (None: the executor's local one)."""
+    if settings.backend == "local":
+        return None
+    from planexec.distributed import runner_for
+
+    return runner_for(settings.backend, settings.ray)
+
+
+@dataclass
+class _RunCtx:
+    run: Run
+    bus: EventBus
+    client: ModelClient | None
+    executor: Executor
+    limits: Limits
+    state: RecoveryState
+    output_type: type[BaseModel] | None
+    t0: float = field(default_factory=time.perf_counter)
+    current: PlanAttempt | None = None
+
+
+class _Replan(Exception):
+    def __init__(self, ctx: ReplanContext) -> None:
+        super().__init__(ctx.reason)
+        self.ctx = ctx
+
+
+class _Stop(Exception):
+    def __init__(self, kind: ErrorKind | None, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class PlanExecuteAgent:
+    """A plan-and-execute agent over langchain-core tools.
+
+    Args:
+        model: The chat model for planning, the resolver's fallback, reasoning steps and
+            the answer. None: no planner — run given plans with `execute_plan`.
+        tools: langchain-core tools or a `ToolCatalog`.
+        config: Every setting (`AgentConfig`); the defaults of docs/recovery.md otherwise.
+        evaluator: Judges each finished run; a non-success verdict re-plans.
+        store: A run store: ``store.attach(bus)`` is called for each run (or, if it has
+            no ``attach``, it is subscribed as an event handler).
+        output_type: A pydantic model the final result must fill (see issue 9): the
+            planner is asked for a final ``final_answer`` step filling its fields, and
+            `Run.output` holds the validated instance.
+        event_handlers: Subscribers to every run's events (sync or async functions).
+        policy: A recovery policy replacing the one built from ``config.recovery``.
+        breakers: Circuit breakers (shared by the agent's runs); one registry by default.
+        runner: How tools are called (local by default).
+        hints: Safety hints by tool name (``{"search": {"read_only": True}}``).
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel | None,
+        tools: Iterable[BaseTool] | ToolCatalog,
+        *,
+        config: AgentConfig | None = None,
+        evaluator: Evaluator | None = None,
+        store: Any = None,
+        output_type: type[BaseModel] | None = None,
+        event_handlers: Sequence[EventHandler] = (),
+        policy: RecoveryPolicy | None = None,
+        breakers: BreakerRegistry | None = None,
+        runner: ToolRunner | None = None,
+        hints: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.model = model
+        """The chat model (None: no planner, no fallback, no answer)."""
+        self.catalog = tools if isinstance(tools, ToolCatalog) else ToolCatalog(tools, hints=hints)
+        """The tools."""
+        self.config = config or AgentConfig()
+        """The settings."""
+        self.policy = policy or RecoveryPolicy.from_settings(self.config.recovery)
+        """The recovery policy (replace it to change the table or the budgets)."""
+        self.evaluator = evaluator
+        """The evaluator, if any."""
+        self.store = store
+        """The run store, if any."""
+        self.output_type = output_type
+        """The default typed output, if any."""
+        self.event_handlers = list(event_handlers)
+        """Subscribers to every run's events."""
+        self.breakers = (
+            breakers
+            if breakers is not None
+            else BreakerRegistry(
+                self.config.model.breaker_failure_threshold, self.config.model.breaker_recovery_time
+            )
+        )
+        """Circuit breakers for the model provider and the tool servers."""
+        self.runner = runner
+        """How tools are called (None: locally)."""
+        self.last_run: Run | None = None
+        """The latest run started (also when it was cancelled)."""
+        ps = self.config.planner
+        self.planner: Planner | None = None
+        """The planner (None without a model)."""
+        if model is not None:
+            self.planner = Planner(
+                model,
+                self.catalog,
+                dialect=ps.dialect,
+                draft_policy=ps.draft_policy,
+                max_reprompts=ps.max_reprompts,
+                output_budget=ps.output_budget,
+                instructions=ps.instructions,
+            )
+
+    # ------------------------------------------------------------------ public API
+
+    async def run(
+        self,
+        question: str,
+        *,
+        output_type: type[BaseModel] | None = None,
+        run_id: str | None = None,
+        event_handlers: Sequence[EventHandler] = (),
+    ) -> Run:
+        """Answer ``question``: plan, execute, recover, answer, evaluate.
+
+        Args:
+            question: The question.
+            output_type: A typed output for this run (overrides the agent's).
+            run_id: The run's id (a new one by default).
+            event_handlers: Extra subscribers for this run's events.
+
+        Returns:
+            The finished `Run` (``SUCCEEDED`` or ``FAILED``; failures are in it, not
+            raised).
+
+        Raises:
+            asyncio.CancelledError: the run was cancelled (``last_run`` is CANCELLED).
+            RunError: there is no model to plan with (use `execute_plan`).
+        """
+        if self.planner is None:
+            raise RunError("no model to plan with: give a model, or use execute_plan(plan)")
+        ctx = await self._start(question, run_id, output_type, event_handlers)
+        return await self._drive(ctx, None, "")
+
+    async def execute_plan(
+        self,
+        plan: Plan | str,
+        *,
+        question: str = "",
+        output_type: type[BaseModel] | None = None,
+        run_id: str | None = None,
+        event_handlers: Sequence[EventHandler] = (),
+    ) -> Run:
+        """Run a given plan (text or `Plan`), with recovery but without re-planning.
+
+        Works without a model: then arguments needing the LLM fallback fail, reasoning
+        steps are skipped, there is no prose answer and the `Run` carries the structured
+        step results. A failure whose action is ``REPLAN`` stops the run.
+
+        Raises:
+            PlanParseError: the text holds no plan.
+        """
+        from planexec.parsing import check_plan, parse_plan
+
+        text = plan if isinstance(plan, str) else plan.source
+        parsed = (
+            parse_plan(
+                plan, self.config.planner.dialect, draft_policy=self.config.planner.draft_policy
+            )
+            if isinstance(plan, str)
+            else plan
+        )
+        parsed = check_plan(parsed, self.catalog)
+        ctx = await self._start(question, run_id, output_type, event_handlers)
+        return await self._drive(ctx, parsed, text)
+
+    def run_sync(self, question: str, **kwargs: Any) -> Run:
+        """`run` from synchronous code (starts an event loop)."""
+        return asyncio.run(self.run(question, **kwargs))
+
+    async def stream(self, question: str, **kwargs: Any) -> AsyncIterator[Event]:
+        """Yield the run's events as they happen, ending with `RunFinished`.
+
+        Closing the iterator early cancels the run. The finished run is ``last_run``.
+        """
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        handlers = [*kwargs.pop("event_handlers", ()), queue.put_nowait]
+        task = asyncio.create_task(self.run(question, event_handlers=handlers, **kwargs))
+        task.add_done_callback(lambda _t: queue.put_nowait(None))
+        try:
+            while True:
+                event = await queue.get()
+                if event is None:
+                    break
+                yield event
+            await task  # re-raise what the run raised, if anything
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    # ------------------------------------------------------------------ setup
+
+    async def _start(
+        self,
+        question: str,
+        run_id: str | None,
+        output_type: type[BaseModel] | None,
+        handlers: Sequence[EventHandler],
+    ) -> _RunCtx:
+        cfg = self.config
+        run = Run(run_id=run_id or uuid.uuid4().hex[:12], question=question)
+        self.last_run = run
+        bus = EventBus()
+        if self.store is not None:
+            if hasattr(self.store, "attach"):
+                self.store.attach(bus)
+            else:
+                bus.subscribe(self.store)
+        for h in [*self.event_handlers, *handlers]:
+            bus.subscribe(h)
+        usage = run.usage
+        client: ModelClient | None = None
+        if self.model is not None:
+            client = ResilientModelClient(
+                self.model,
+                timeout=cfg.model.timeout,
+                usage=usage,
+                bus=bus,
+                run_id=run.run_id,
+                retry=_retry(cfg.model.retry),
+                breakers=self.breakers,
+                stream=cfg.model.stream,
+            )
+        out_type = output_type or self.output_type
+        catalog = self._catalog_for(out_type)
+        ex = cfg.executor
+        limits = Limits.from_settings(cfg.limits)
+        executor = Executor(
+            catalog,
+            ArgResolver(client, output_budget=cfg.resolver.output_budget),
+            config=ExecutorConfig(
+                max_concurrency=ex.max_concurrency,
+                step_timeout=ex.step_timeout,
+                tool_timeout=ex.tool_timeout,
+                tool_timeouts=dict(ex.tool_timeouts),
+                error_payload_keys=tuple(ex.error_payload_keys),
+                empty_output=ex.empty_output,
+                tool_retry=_retry(ex.tool_retry),
+                retry_unsafe=ex.retry_unsafe,
+                empty_output_attempts=ex.empty_output_attempts,
+                reason_budget=ex.reason_budget,
+            ),
+            reasoner=(
+                ModelReasoner(client, question=question, budget=ex.reason_budget)
+                if client is not None
+                else None
+            ),
+            bus=bus,
+            run_id=run.run_id,
+            usage=usage,
+            breakers=self.breakers,
+            guard=limits.guard,
+            runner=self.runner if self.runner is not None else _backend_runner(ex),
+            client=client,
+        )
+        ctx = _RunCtx(run, bus, client, executor, limits, RecoveryState(), out_type)
+        await bus.emit(
+            RunStarted(run_id=run.run_id, question=question, config=cfg.model_dump(mode="json"))
+        )
+        return ctx
+
+    def _catalog_for(self, output_type: type[BaseModel] | None) -> ToolCatalog:
+        if output_type is None:
+            return self.catalog
+
+        async def final_answer(**kwargs: Any) -> dict[str, Any]:
+            return output_type.model_validate(kwargs).model_dump(mode="json")
+
+        tool = StructuredTool.from_function(
+            coroutine=final_answer,
+            name=FINAL_STEP_TOOL,
+            description=f"Fill the fields of the final result ({output_type.__name__}).",
+            args_schema=output_type,
+        )
+        tool.metadata = {"planexec": {"read_only": True}}
+        specs = self.catalog.specs()
+        return ToolCatalog(
+            [*(s.tool for s in specs), tool], hints={s.qualified_name: s.hints for s in specs}
+        )
+
+    def _is_safe(self, result: StepResult) -> bool:
+        if result.tool is None:
+            return True
+        spec = self.catalog.lookup(result.tool, result.server)
+        if spec is None and result.tool == FINAL_STEP_TOOL:
+            return True
+        return spec is not None and spec.hints.safe
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _drive(self, ctx: _RunCtx, given: Plan | None, given_text: str) -> Run:
+        run = ctx.run
+        try:
+            try:
+                await self._loop(ctx, given, given_text)
+            except _Stop as stop:
+                cancelled = stop.kind is ErrorKind.CANCELLED
+                run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+                run.error, run.error_kind = stop.message, stop.kind
+            if run.status is not RunStatus.CANCELLED and run.error_kind is not (
+                ErrorKind.MODEL_ERROR
+            ):
+                await self._answer_if_missing(ctx)
+        except asyncio.CancelledError:
+            self._mark_cancelled(ctx)
+            await self._finish(ctx)
+            raise
+        await self._finish(ctx)
+        return run
+
+    async def _loop(self, ctx: _RunCtx, given: Plan | None, given_text: str) -> None:
+        run = ctx.run
+        version = 0
+        replan: ReplanContext | None = None
+        while True:
+            version += 1
+            prior: dict[int, StepResult] = {}
+            if given is not None and version == 1:
+                plan: Plan | None = given
+                text, error = given_text, None
+            else:
+                assert self.planner is not None
+                try:
+                    outcome = await self.planner.plan(
+                        run.question,
+                        context=replan,
+                        output_schema=(
+                            ctx.output_type.model_json_schema() if ctx.output_type else None
+                        ),
+                        client=ctx.client,
+                        run_id=run.run_id,
+                        bus=ctx.bus,
+                        catalog=ctx.executor.catalog,
+                    )
+                except (ModelError, CircuitOpenError) as exc:
+                    kind = (
+                        ErrorKind.CIRCUIT_OPEN
+                        if isinstance(exc, CircuitOpenError)
+                        else ErrorKind.MODEL_ERROR
+                    )
+                    raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
+                plan, text, prior, error = outcome.plan, outcome.text, outcome.prior, outcome.error
+            attempt = PlanAttempt(version, plan, text, reason=replan.reason if replan else None)
+            run.attempts.append(attempt)
+            ctx.current = attempt
+            await ctx.bus.emit(
+                PlanCreated(
+                    run_id=run.run_id, version=version, plan=plan, text=text, reason=attempt.reason
+                )
+            )
+            try:
+                if plan is None:
+                    failure = Failure(
+                        ErrorKind.PLAN_PARSE,
+                        f"plan {version}: no usable plan: {error or 'no steps'}",
+                        plan_version=version,
+                    )
+                    await self._decide_round(ctx, [failure], plan, {}, text)
+                    raise AssertionError("unreachable")  # pragma: no cover
+                latest = await self._execute(ctx, plan, prior, attempt)
+                if ctx.run.status is RunStatus.CANCELLED:
+                    return
+                await self._conclude(ctx, plan, latest, text)
+                return
+            except _Replan as r:
+                replan = r.ctx
+
+    async def _execute(
+        self, ctx: _RunCtx, plan: Plan, prior: Mapping[int, StepResult], attempt: PlanAttempt
+    ) -> dict[int, StepResult]:
+        """Run ``plan``, re-running failed steps while the decisions allow."""
+        known = dict(prior)
+        feedback: dict[int, str] = {}
+        while True:
+            results = await ctx.executor.run(
+                plan, prior=known, feedback=feedback, plan_version=attempt.version
+            )
+            for r in results:
+                earlier = known.get(r.step_id)
+                if earlier is not None and earlier.ok and r.ok:
+                    continue  # reused, not run again
+                attempt.results.append(r)
+            latest = {r.step_id: r for r in results}
+            if ctx.executor.cancelled:
+                ctx.run.status = RunStatus.CANCELLED
+                return latest
+            failures = self._failures(ctx, plan, latest, attempt.version)
+            if not failures:
+                return latest
+            decisions = await self._decide_round(ctx, failures, plan, latest, attempt.text)
+            # only RERESOLVE / RETRY_STEP remain here
+            feedback = {
+                d.failure.step_id: d.failure.message
+                for d in decisions
+                if d.action is Action.RERESOLVE and d.failure and d.failure.step_id is not None
+            }
+            known = {sid: r for sid, r in latest.items() if r.ok}
+            for sid, r in prior.items():
+                known.setdefault(sid, r)
+
+    def _failures(
+        self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult], version: int
+    ) -> list[Failure]:
+        """The root failures of a round (a blocked step follows its cause)."""
+        failures: list[Failure] = []
+        blocked: list[StepResult] = []
+        for r in sorted(latest.values(), key=lambda r: r.step_id):
+            if r.ok or r.status is StepStatus.SKIPPED:
+                continue
+            if r.error_kind is ErrorKind.UPSTREAM_FAILED:
+                blocked.append(r)
+                continue
+            failures.append(Failure.from_result(r, safe=self._is_safe(r), plan_version=version))
+        if not failures and blocked:
+            # a blocked step whose cause is not in this round (e.g. a failed prior step)
+            failures = [Failure.from_result(r, plan_version=version) for r in blocked]
+        return failures
+
+    async def _decide_round(
+        self,
+        ctx: _RunCtx,
+        failures: Sequence[Failure],
+        plan: Plan | None,
+        latest: Mapping[int, StepResult],
+        text: str,
+    ) -> list[Decision]:
+        """Decide on every failure of a round; raise `_Replan`/`_Stop` when that wins."""
+        run = ctx.run
+        can_replan = self.planner is not None
+        decisions = [self.policy.decide(f, ctx.state, can_replan=can_replan) for f in failures]
+        for d in decisions:
+            run_log(run.run_id, step_id=d.step_id).warning("recovery: {}", d.reason)
+            await ctx.bus.emit(
+                RecoveryDecided(
+                    run_id=run.run_id,
+                    error_kind=d.kind,
+                    action=str(d.action),
+                    reason=d.reason,
+                    step_id=d.step_id,
+                )
+            )
+        action = combine_decisions(decisions)
+        if action is Action.STOP:
+            first = next(d for d in decisions if d.action is Action.STOP)
+            kind = first.kind
+            if kind is ErrorKind.CANCELLED:
+                run.status = RunStatus.CANCELLED
+            message = first.failure.message if first.failure else first.reason
+            raise _Stop(kind, f"{message} — {first.reason}")
+        if action is Action.REPLAN:
+            raise _Replan(self._replan_context(ctx, decisions, plan, latest, text))
+        return decisions
+
+    def _replan_context(
+        self,
+        ctx: _RunCtx,
+        decisions: Sequence[Decision],
+        plan: Plan | None,
+        latest: Mapping[int, StepResult],
+        text: str,
+        *,
+        lesson: str | None = None,
+        decompose: bool = False,
+    ) -> ReplanContext:
+        run = ctx.run
+        ctx.state.note_replan()
+        why = "; ".join(d.reason for d in decisions if d.action is Action.REPLAN)
+        for d in decisions:
+            if d.action is Action.REPLAN and d.failure is not None:
+                run.lessons.append(f"plan {d.failure.plan_version}: {d.failure.message}")
+        if lesson:
+            run.lessons.append(lesson)
+        kept: dict[int, tuple[Step, StepResult]] = {}
+        failed: list[StepResult] = []
+        if plan is not None:
+            for sid, r in latest.items():
+                if r.ok and sid in plan.ids:
+                    kept[sid] = (plan.step(sid), r)
+                elif not r.ok:
+                    failed.append(r)
+        return ReplanContext(
+            reason=why or (lesson or "re-plan"),
+            version=len(run.attempts) + 1,
+            previous_plan=plan,
+            previous_text=text,
+            kept=kept,
+            failed=failed,
+            lessons=list(run.lessons),
+            decompose=decompose,
+        )
+
+    async def _conclude(
+        self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult], text: str
+    ) -> None:
+        """Every step succeeded (or was skipped): typed output, answer, evaluation."""
+        run = ctx.run
+        if ctx.output_type is not None:
+            self._set_output(ctx, plan, latest)
+        await self._answer(ctx, latest)
+        if self.evaluator is None:
+            run.status = RunStatus.SUCCEEDED
+            return
+        verdict = await self._evaluate(ctx, plan, latest)
+        if verdict.ok:
+            run.status = RunStatus.SUCCEEDED
+            return
+        if verdict.judge_error:
+            raise _Stop(ErrorKind.EVALUATION_FAILED, f"evaluation failed: {verdict.evaluation}")
+        failure = Failure(
+            ErrorKind.EVALUATION_FAILED,
+            f"evaluator: {verdict.status}: {verdict.evaluation}",
+            plan_version=len(run.attempts),
+        )
+        decision = self.policy.decide(failure, ctx.state, can_replan=self.planner is not None)
+        await ctx.bus.emit(
+            RecoveryDecided(
+                run_id=run.run_id,
+                error_kind=ErrorKind.EVALUATION_FAILED,
+                action=str(decision.action),
+                reason=decision.reason,
+            )
+        )
+        if decision.action is not Action.REPLAN:
+            raise _Stop(ErrorKind.EVALUATION_FAILED, f"{failure.message} — {decision.reason}")
+        run.answer = None
+        lesson = verdict.lesson or verdict.evaluation
+        raise _Replan(
+            self._replan_context(
+                ctx,
+                [decision],
+                plan,
+                latest,
+                text,
+                lesson=f"evaluator ({verdict.status}): {lesson}" if lesson else None,
+                decompose=verdict.status is EvalStatus.JOB_TOO_COMPLICATED,
+            )
+        )
+
+    def _set_output(self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult]) -> None:
+        assert ctx.output_type is not None
+        finals = [s for s in plan.steps if s.tool == FINAL_STEP_TOOL]
+        if not finals:
+            raise _Stop(
+                ErrorKind.OUTPUT_MISSING_STEP,
+                f"the plan has no final {FINAL_STEP_TOOL} step filling {ctx.output_type.__name__}",
+            )
+        result = latest.get(finals[-1].id)
+        try:
+            ctx.run.output = ctx.output_type.model_validate(result.output if result else None)
+        except ValidationError as exc:
+            raise _Stop(ErrorKind.OUTPUT_INVALID, f"the final result is invalid: {exc}") from exc
+
+    async def _evaluate(
+        self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult]
+    ) -> Verdict:
+        assert self.evaluator is not None
+        case = EvalCase(
+            question=ctx.run.question,
+            results=tuple(sorted(latest.values(), key=lambda r: r.step_id)),
+            answer=ctx.run.answer,
+            plan=plan,
+            run_id=ctx.run.run_id,
+            usage=ctx.run.usage,
+            bus=ctx.bus,
+            output_budget=self.config.evaluation.output_budget,
+        )
+        try:
+            return await self.evaluator.evaluate(case)
+        except (ModelError, CircuitOpenError) as exc:
+            return Verdict(
+                EvalStatus.EXECUTION_ERROR,
+                f"the evaluator's model call failed: {exc}",
+                judge_error=str(exc),
+            )
+
+    async def _answer(self, ctx: _RunCtx, latest: Mapping[int, StepResult]) -> None:
+        if ctx.client is None:
+            return
+        budget = self.config.evaluation.output_budget
+        body = "\n\n".join(
+            [
+                "Question:\n" + ctx.run.question,
+                "Step results:\n" + format_results(list(latest.values()), budget),
+            ]
+        )
+        try:
+            ctx.run.answer = await ctx.client.complete(
+                [SystemMessage(content=ANSWER_SYSTEM), HumanMessage(content=body)],
+                purpose="answer",
+            )
+        except (ModelError, CircuitOpenError) as exc:
+            message = f"the answer could not be written: {exc}"
+            run_log(ctx.run.run_id).warning(message)
+            await ctx.bus.emit(
+                FallbackUsed(
+                    run_id=ctx.run.run_id, step_id=None, code="ANSWER_FAILED", message=message
+                )
+            )
+
+    async def _answer_if_missing(self, ctx: _RunCtx) -> None:
+        """A failed run still gets an answer saying what was and was not found."""
+        run = ctx.run
+        if run.answer is not None or run.status is RunStatus.SUCCEEDED or ctx.client is None:
+            return
+        if not any(a.results for a in run.attempts):
+            return
+        plan = ctx.current.plan if ctx.current else None
+        latest = {r.step_id: r for r in run.results if plan is None or r.step_id in plan.ids}
+        await self._answer(ctx, latest)
+
+    def _mark_cancelled(self, ctx: _RunCtx) -> None:
+        run = ctx.run
+        run.status = RunStatus.CANCELLED
+        run.error_kind = ErrorKind.CANCELLED
+        run.error = "the run was cancelled by the caller"
+        attempt = ctx.current
+        if attempt is None or attempt.plan is None:
+            return
+        recorded = {id(r) for r in attempt.results}
+        for sid in attempt.plan.ids:
+            r = ctx.executor.results.get(sid)
+            if r is not None and id(r) not in recorded and r.status is StepStatus.CANCELLED:
+                attempt.results.append(r)
+
+    async def _finish(self, ctx: _RunCtx) -> None:
+        run = ctx.run
+        if run.status is RunStatus.RUNNING:
+            run.status = RunStatus.FAILED
+        if run.status is RunStatus.CANCELLED and run.error is None:
+            run.error_kind = ErrorKind.CANCELLED
+            run.error = "the run was cancelled by the caller"
+        run.usage.wall_time = time.perf_counter() - ctx.t0
+        await ctx.bus.emit(
+            RunFinished(
+                run_id=run.run_id, status=str(run.status), answer=run.answer, error=run.error
+            )
+        )
+        flush = getattr(self.store, "flush", None)
+        if flush is not None:
+            out = flush()
+            if asyncio.iscoroutine(out):
+                await out

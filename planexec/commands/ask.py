@@ -1,0 +1,135 @@
+"""``planexec ask "QUESTION" --tools MODULE:ATTR --model SPEC``: the whole agent loop.
+
+Plans, executes, recovers and answers, showing progress on standard error as it goes
+(plans, steps as they start and finish, recovery decisions). Standard output gets the
+answer, or the whole `Run` as JSON with ``--json``.
+
+Exit codes: 0 when the run succeeded, 1 when it failed, 130 when it was interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from planexec.agent import PlanExecuteAgent
+from planexec.config import AgentConfig, load_config
+from planexec.events import (
+    Event,
+    FallbackUsed,
+    PlanCreated,
+    RecoveryDecided,
+    RunFinished,
+    StepFinished,
+    StepStarted,
+)
+from planexec.models import load_model
+from planexec.results import Run, RunStatus, StepStatus
+from planexec.tools import load_tools
+
+__all__ = ["Progress", "ask_command", "register"]
+
+_STYLE = {
+    StepStatus.SUCCEEDED: "green",
+    StepStatus.FAILED: "red",
+    StepStatus.BLOCKED: "yellow",
+    StepStatus.SKIPPED: "cyan",
+    StepStatus.CANCELLED: "magenta",
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``ask`` subcommand."""
+    p = subparsers.add_parser(
+        "ask",
+        help="answer a question with the whole plan-execute-recover loop",
+        description="Plan with a model, execute the plan with the tools, recover from "
+        "failures (re-resolve, retry, re-plan) and answer. Progress goes to standard "
+        "error; the answer (or the run as JSON) to standard output.",
+    )
+    p.add_argument("question", help="the question to answer")
+    p.add_argument("--tools", required=True, metavar="MODULE:ATTR", help="the tools to use")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="SPEC",
+        help="the model: replay:PATH (recorded replies) or provider:model "
+        "(e.g. openai:gpt-4o-mini)",
+    )
+    p.add_argument("--config", metavar="FILE", help="agent settings (.toml or .yaml)")
+    p.add_argument("--json", action="store_true", help="print the whole run as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=ask_command)
+
+
+class Progress:
+    """Prints a run's progress, one line per event that matters, as it happens."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __call__(self, event: Event) -> None:
+        """Show ``event``."""
+        c = self.console
+        if isinstance(event, PlanCreated):
+            n = len(event.plan.steps) if event.plan else 0
+            why = f" — {escape(event.reason)}" if event.reason else ""
+            c.print(f"[bold]plan {event.version}[/bold]: {n} step(s){why}")
+        elif isinstance(event, StepStarted):
+            c.print(f"  [dim]▶ step {event.step_id}[/dim] {escape(event.tool or 'reasoning')}")
+        elif isinstance(event, StepFinished):
+            r = event.result
+            style = _STYLE.get(r.status, "white")
+            detail = r.error or r.note or ""
+            extra = f": {escape(detail[:160])}" if detail else ""
+            c.print(
+                f"  [{style}]■ step {r.step_id} {r.status.value}[/{style}] "
+                f"{escape(r.tool or 'reasoning')}{extra}"
+            )
+        elif isinstance(event, RecoveryDecided):
+            c.print(f"  [bold yellow]↻ {event.action}[/bold yellow] {escape(event.reason)}")
+        elif isinstance(event, FallbackUsed):
+            c.print(f"  [dim]⚠ {escape(event.code)}: {escape(event.message[:160])}[/dim]")
+        elif isinstance(event, RunFinished):
+            style = "green" if event.status == RunStatus.SUCCEEDED else "red"
+            c.print(f"[{style}]run {event.status}[/{style}]")
+
+
+def ask_command(args: argparse.Namespace) -> int:
+    """Run the ``ask`` subcommand."""
+    config = load_config(args.config) if args.config else AgentConfig()
+    tools = load_tools(args.tools)
+    model = load_model(args.model)
+    console = Console(stderr=True, highlight=False)
+    handlers = [] if args.quiet else [Progress(console)]
+    agent = PlanExecuteAgent(model, tools, config=config, event_handlers=handlers)
+    try:
+        run = asyncio.run(agent.run(args.question))
+    except KeyboardInterrupt:
+        if agent.last_run is not None and args.json:
+            print(json.dumps(agent.last_run.to_dict(), indent=2))
+        print("planexec: interrupted", file=sys.stderr)
+        return 130
+    _print_run(run, as_json=args.json)
+    if run.status is RunStatus.SUCCEEDED:
+        return 0
+    return 130 if run.status is RunStatus.CANCELLED else 1
+
+
+def _print_run(run: Run, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(run.to_dict(), indent=2))
+        return
+    if run.answer is not None:
+        print(run.answer)
+    else:
+        for r in sorted(run.results, key=lambda r: r.step_id):
+            print(json.dumps(r.to_dict()))
+    if run.status is not RunStatus.SUCCEEDED:
+        print(f"planexec: the run {run.status.value}: {run.error}", file=sys.stderr)

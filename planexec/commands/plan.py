@@ -1,0 +1,253 @@
+"""``planexec parse``, ``planexec validate`` and ``planexec show``: plan text → Plan.
+
+- ``parse FILE|- [--dialect D] [--draft-policy P] [--json]`` prints the steps and the
+  diagnostics; exit 0 when a plan was produced, 2 (with the reason on stderr, and
+  ``{"error": ...}`` on stdout with ``--json``) when none was.
+- ``validate FILE --tools MODULE:ATTR [--json]`` also checks the plan against the
+  tools (unknown tools, missing required arguments); exit 1 when an error diagnostic
+  was found, 0 otherwise, 2 when there is no plan or the tools cannot be loaded.
+- ``show FILE --format mermaid|dot|text`` draws the step graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from planexec.errors import PlanexecError, PlanParseError
+from planexec.parsing import DIALECTS, DRAFT_POLICIES, check_plan, parse_plan
+from planexec.plan import Plan, Severity, Step, to_jsonable
+
+__all__ = ["register", "render_dot", "render_mermaid", "render_text"]
+
+_SEVERITY_STYLE = {"info": "dim", "warning": "yellow", "error": "bold red"}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``parse``, ``validate`` and ``show`` subcommands."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("file", metavar="FILE", help="the plan text, or - for stdin")
+    common.add_argument(
+        "--dialect",
+        choices=("auto", *DIALECTS),
+        default="auto",
+        help="plan dialect (default: detect it)",
+    )
+    common.add_argument(
+        "--draft-policy",
+        choices=DRAFT_POLICIES,
+        default="last_complete",
+        help="which draft to use when the reply holds several (default: last_complete)",
+    )
+
+    p = subparsers.add_parser(
+        "parse", parents=[common], help="parse a plan and print its steps and diagnostics"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_parse)
+
+    v = subparsers.add_parser(
+        "validate", parents=[common], help="parse a plan and check it against tools"
+    )
+    v.add_argument(
+        "--tools",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="a list of langchain-core tools (or a function returning one)",
+    )
+    v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.set_defaults(func=_cmd_validate)
+
+    s = subparsers.add_parser("show", parents=[common], help="draw a plan's step graph")
+    s.add_argument(
+        "--format", choices=("mermaid", "dot", "text"), default="text", help="output format"
+    )
+    s.set_defaults(func=_cmd_show)
+
+
+class _InputError(PlanexecError):
+    """The plan file could not be read."""
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _InputError(f"cannot read {path}: {exc}") from exc
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    print(f"planexec: error: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message}, ensure_ascii=False))
+    return 2
+
+
+def _load(args: argparse.Namespace) -> Plan:
+    text = _read(args.file)
+    return parse_plan(text, args.dialect, draft_policy=args.draft_policy)
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    try:
+        plan = _load(args)
+    except PlanParseError as exc:
+        return _fail(args, f"no plan in {args.file}: {exc}")
+    except PlanexecError as exc:
+        return _fail(args, str(exc))
+    _print_plan(plan, as_json=args.json)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from planexec.tools import ToolCatalog, load_tools
+
+    try:
+        catalog = ToolCatalog(load_tools(args.tools))
+        plan = _load(args)
+    except PlanParseError as exc:
+        return _fail(args, f"no plan in {args.file}: {exc}")
+    except PlanexecError as exc:
+        return _fail(args, str(exc))
+    plan = check_plan(plan, catalog)
+    _print_plan(plan, as_json=args.json)
+    return 1 if plan.has_errors else 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    try:
+        plan = _load(args)
+    except PlanParseError as exc:
+        return _fail(args, f"no plan in {args.file}: {exc}")
+    except PlanexecError as exc:
+        return _fail(args, str(exc))
+    render = {"mermaid": render_mermaid, "dot": render_dot, "text": render_text}[args.format]
+    print(render(plan))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+
+
+def _compact(value: Any, limit: int = 70) -> str:
+    text = json.dumps(to_jsonable(value), ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _arg_list(step: Step) -> str:
+    if not step.args_valid:
+        return f"INVALID: {step.args_text or ''}"
+    parts = [_compact(p, 40) for p in step.positional]
+    parts += [f"{k}={_compact(v, 40)}" for k, v in step.args.items()]
+    return ", ".join(parts)
+
+
+def _call(step: Step) -> str:
+    if step.tool is None:
+        return f"(reasoning) {step.task}" if step.task else "(reasoning)"
+    return f"{step.tool}({_arg_list(step)})"
+
+
+def _print_plan(plan: Plan, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(plan.to_dict(), ensure_ascii=False, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
+    steps = Table(title=f"{len(plan.steps)} step(s), dialect {plan.dialect}", expand=False)
+    for col in ("#", "server", "tool", "args", "depends on", "args ok"):
+        steps.add_column(col, overflow="fold")
+    for s in plan.steps:
+        steps.add_row(
+            str(s.id),
+            s.server or "",
+            s.tool or "(reasoning)",
+            _arg_list(s),
+            ", ".join(map(str, s.depends_on)) or "-",
+            "yes" if s.args_valid else "[bold red]NO[/]",
+        )
+    console.print(steps)
+    if not plan.diagnostics:
+        console.print("no diagnostics")
+        return
+    diags = Table(title=f"{len(plan.diagnostics)} diagnostic(s)", expand=False)
+    for col in ("line", "step", "severity", "code", "message"):
+        diags.add_column(col, overflow="fold")
+    for d in plan.diagnostics:
+        sev = str(d.severity)
+        diags.add_row(
+            "" if d.line is None else str(d.line),
+            "" if d.step is None else str(d.step),
+            f"[{_SEVERITY_STYLE[sev]}]{sev}[/]",
+            d.code,
+            d.message,
+        )
+    console.print(diags)
+
+
+def _label(step: Step) -> str:
+    tool = step.tool if step.tool is not None else "reasoning"
+    flag = " \u26a0" if not step.args_valid else ""
+    return f"{step.id}. {tool}{flag}"
+
+
+def render_mermaid(plan: Plan) -> str:
+    """Draw the step graph as a Mermaid flowchart (edges go from a step to its users)."""
+    out = ["flowchart TD"]
+    ids = set(plan.ids)
+    for s in plan.steps:
+        label = _label(s).replace('"', "#quot;")
+        shape = f'(["{label}"])' if s.tool is None else f'["{label}"]'
+        out.append(f"    s{s.id}{shape}")
+    for s in plan.steps:
+        for d in s.depends_on:
+            if d in ids:
+                out.append(f"    s{d} --> s{s.id}")
+            else:
+                out.append(f'    missing{d}["{d}. missing"]:::missing --> s{s.id}')
+    if any(d not in ids for s in plan.steps for d in s.depends_on):
+        out.append("    classDef missing stroke:#c00,stroke-dasharray:4")
+    return "\n".join(out)
+
+
+def render_dot(plan: Plan) -> str:
+    """Draw the step graph in Graphviz DOT (edges go from a step to its users)."""
+    out = ["digraph plan {", "    rankdir=TB;", "    node [shape=box];"]
+    ids = set(plan.ids)
+    for s in plan.steps:
+        attrs = [f"label={json.dumps(_label(s), ensure_ascii=False)}"]
+        if s.tool is None:
+            attrs.append("shape=ellipse")
+        if not s.args_valid:
+            attrs.append("color=red")
+        out.append(f"    s{s.id} [{', '.join(attrs)}];")
+    for s in plan.steps:
+        for d in s.depends_on:
+            if d not in ids:
+                out.append(f'    s{d} [label="{d}. missing", style=dashed, color=red];')
+            out.append(f"    s{d} -> s{s.id};")
+    out.append("}")
+    return "\n".join(out)
+
+
+def render_text(plan: Plan) -> str:
+    """Draw the step graph as text: one line per step with what it waits for."""
+    out = []
+    width = max(len(_label(s)) for s in plan.steps) if plan.steps else 0
+    for s in plan.steps:
+        needs = ", ".join(f"#{d}" for d in s.depends_on) or "-"
+        out.append(f"{_label(s):<{width}}  \u2190 {needs:<10} {_call(s)}")
+    errors = [d for d in plan.diagnostics if d.severity is Severity.ERROR]
+    if errors:
+        out.append("")
+        out.extend(f"error: {d}" for d in errors)
+    return "\n".join(out)

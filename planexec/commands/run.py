@@ -1,0 +1,164 @@
+"""``planexec run PLAN --tools MODULE:ATTR``: parse a plan, execute it, show the steps.
+
+Exit codes: 0 when no step failed (a reasoning step skipped for want of a model is
+not a failure), 1 when some step failed, was blocked or was cancelled, 2 when there
+is no plan to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planexec._models import ModelClient
+from planexec.errors import ConfigError, PlanParseError
+from planexec.executor import Executor, ExecutorConfig, ModelReasoner
+from planexec.models import load_model
+from planexec.parsing import DIALECTS, check_plan, parse_plan
+from planexec.plan import Plan, Severity
+from planexec.resolver import ArgResolver
+from planexec.results import StepResult, StepStatus, Usage
+from planexec.tools import ToolCatalog, load_tools
+
+__all__ = ["register", "run_command"]
+
+_STYLE = {
+    StepStatus.SUCCEEDED: "green",
+    StepStatus.FAILED: "red",
+    StepStatus.BLOCKED: "yellow",
+    StepStatus.SKIPPED: "cyan",
+    StepStatus.CANCELLED: "magenta",
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` subcommand."""
+    p = subparsers.add_parser(
+        "run",
+        help="execute a plan file with tools",
+        description="Parse a plan, check it against the tools, execute it and show "
+        "every step's status, how its arguments were resolved, and its error.",
+    )
+    p.add_argument("plan", help="the plan file ('-' reads standard input)")
+    p.add_argument("--tools", required=True, metavar="MODULE:ATTR", help="the tools to use")
+    p.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="model for the resolver's fallback and reasoning steps: replay:PATH or "
+        "provider:model (e.g. openai:gpt-4o-mini)",
+    )
+    p.add_argument(
+        "--dialect", default="auto", choices=("auto", *DIALECTS), help="plan dialect"
+    )
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--max-concurrency", type=int, default=8, metavar="N", help="steps run at once"
+    )
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-step timeout")
+    p.set_defaults(func=run_command)
+
+
+def _read_plan(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read plan file {path!r}: {exc}") from exc
+
+
+def _exit_code(results: list[StepResult]) -> int:
+    bad = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
+    return 1 if any(r.status in bad for r in results) else 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Handle ``planexec run``; returns the exit code."""
+    catalog = ToolCatalog(load_tools(args.tools))
+    try:
+        plan = parse_plan(_read_plan(args.plan), args.dialect)
+    except PlanParseError as exc:
+        if args.json:
+            print(json.dumps({"steps": [], "error": str(exc), "diagnostics": []}))
+        else:
+            print(f"planexec: no plan: {exc}", file=sys.stderr)
+        return 2
+    plan = check_plan(plan, catalog)
+    if not plan.steps:
+        print("planexec: the plan has no steps", file=sys.stderr)
+        return 2
+    try:
+        config = ExecutorConfig(max_concurrency=args.max_concurrency, step_timeout=args.timeout)
+    except ConfigError:
+        raise
+    model = load_model(args.model) if args.model else None
+    usage = Usage()
+    executor = Executor(
+        catalog,
+        ArgResolver(model),
+        config=config,
+        reasoner=ModelReasoner(ModelClient(model)) if model is not None else None,
+        usage=usage,
+        run_id=f"run-{uuid.uuid4().hex[:8]}",
+    )
+    results = asyncio.run(executor.run(plan))
+    order = {sid: i for i, sid in enumerate(plan.ids)}
+    results.sort(key=lambda r: order.get(r.step_id, len(order)))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "steps": [r.to_dict() for r in results],
+                    "usage": usage.to_dict(),
+                    "diagnostics": [d.to_dict() for d in plan.diagnostics],
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    else:
+        _print_table(plan, results, usage)
+    return _exit_code(results)
+
+
+def _print_table(plan: Plan, results: list[StepResult], usage: Usage) -> None:
+    console = Console(highlight=False)
+    for d in plan.diagnostics:
+        if d.severity is not Severity.INFO:
+            style = "red" if d.severity is Severity.ERROR else "yellow"
+            console.print(f"[{style}]{d}[/{style}]", markup=True)
+    table = Table(title=f"plan ({plan.dialect}, {len(plan.steps)} steps)")
+    table.add_column("step", justify="right")
+    table.add_column("tool")
+    table.add_column("status")
+    table.add_column("resolution")
+    table.add_column("error / note", overflow="fold")
+    for r in results:
+        methods = ", ".join(f"{k}={v}" for k, v in r.resolution.items()) or "-"
+        style = _STYLE.get(r.status, "")
+        status = str(r.status) + (f" ({r.error_kind})" if r.error_kind else "")
+        table.add_row(
+            str(r.step_id),
+            r.tool or "(reasoning)",
+            f"[{style}]{status}[/{style}]",
+            methods,
+            r.error or r.note or "",
+        )
+    console.print(table)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value.lower()] = counts.get(r.status.value.lower(), 0) + 1
+    llm = ", ".join(f"{k} {v}" for k, v in sorted(usage.llm_calls.items())) or "none"
+    console.print(
+        f"{len(results)} steps: "
+        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + f" · tool calls {usage.tool_calls} · LLM calls: {llm}"
+    )

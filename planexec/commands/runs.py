@@ -1,0 +1,559 @@
+"""``planexec runs``: the run history — list, show, resume, export, timeline.
+
+- ``planexec runs list [--status S] [--limit N]``: newest first; ``--status failed`` is
+  the dead-letter view, with each run's reason.
+- ``planexec runs show RUN_ID [--json]``: plans (with diagnostics), steps (status,
+  resolution methods, attempts, errors, timings) and calls left without a result.
+- ``planexec runs resume RUN_ID [--rerun-unsafe] [--tools MODULE:ATTR] [--model SPEC]``:
+  continue an interrupted run (see `planexec.store.resume`).
+- ``planexec runs export RUN_ID``: everything recorded, as one JSON document.
+- ``planexec runs timeline RUN_ID --out FILE.html|FILE.png``: one bar per step on a
+  time axis, coloured by status.
+
+Every subcommand takes ``--store PATH`` (default ``$PLANEXEC_STORE``, else a file in
+the user data directory). `add_store_arguments` and `store_from_args` give ``run`` and
+``ask`` the same ``--store`` option and ``--no-store``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import html
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planexec._log import run_log
+from planexec.errors import ConfigError, MissingExtraError, RunError, require_extra
+from planexec.results import RunStatus, StepStatus
+from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
+from planexec.store.base import RunRecord
+
+__all__ = [
+    "TimelineBar",
+    "add_store_arguments",
+    "register",
+    "render_timeline_html",
+    "render_timeline_png",
+    "store_from_args",
+    "timeline_bars",
+]
+
+STATUS_COLORS = {
+    "SUCCEEDED": "#2e7d32",
+    "FAILED": "#c62828",
+    "BLOCKED": "#f9a825",
+    "SKIPPED": "#0097a7",
+    "CANCELLED": "#8e24aa",
+    "IN_FLIGHT": "#757575",
+}
+"""Bar colour by step status (``IN_FLIGHT``: a call started with no recorded result)."""
+
+
+# ---------------------------------------------------------------------- store options
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, *, allow_disable: bool = True) -> None:
+    """Add ``--store PATH`` (and, unless told not to, ``--no-store``) to a parser."""
+    parser.add_argument(
+        "--store",
+        metavar="PATH",
+        default=None,
+        help=f"the run store file (default: ${ENV_VAR}, else {default_store_path()}; "
+        "':memory:' keeps runs in memory only)",
+    )
+    if allow_disable:
+        parser.add_argument(
+            "--no-store", action="store_true", help="do not record this run in the run store"
+        )
+
+
+def store_from_args(args: argparse.Namespace) -> RunStore | None:
+    """Open the store chosen by `add_store_arguments` options (None with ``--no-store``).
+
+    Raises:
+        StoreError: the store cannot be opened.
+    """
+    if getattr(args, "no_store", False):
+        return None
+    return open_store(getattr(args, "store", None))
+
+
+# ---------------------------------------------------------------------- registration
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``runs`` command group."""
+    p = subparsers.add_parser(
+        "runs",
+        help="the run history: list, show, resume, export, timeline",
+        description="Recorded runs: list them (--status failed is the dead-letter view), "
+        "show one, resume an interrupted one, export it, or draw its timeline.",
+    )
+    sub = p.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
+
+    ls = sub.add_parser("list", help="list runs, newest first")
+    ls.add_argument(
+        "--status",
+        type=str.upper,
+        choices=[s.value for s in RunStatus],
+        help="only runs with this status (FAILED: the dead-letter view)",
+    )
+    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    add_store_arguments(ls, allow_disable=False)
+    ls.set_defaults(func=cmd_list)
+
+    show = sub.add_parser("show", help="show a run: plans, steps, errors, timings")
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    add_store_arguments(show, allow_disable=False)
+    show.set_defaults(func=cmd_show)
+
+    res = sub.add_parser(
+        "resume",
+        help="continue an interrupted run without re-running finished steps",
+        description="Continue an interrupted run. Finished steps are not run again; a "
+        "step whose tool call started without a recorded result runs again only if its "
+        "tool is safe (read-only or idempotent), or with --rerun-unsafe.",
+    )
+    res.add_argument("run_id", metavar="RUN_ID")
+    res.add_argument(
+        "--rerun-unsafe",
+        action="store_true",
+        help="also re-run calls of unsafe tools whose outcome is unknown",
+    )
+    res.add_argument("--tools", metavar="MODULE:ATTR", help="the tools the run used")
+    res.add_argument(
+        "--model", metavar="SPEC", help="model (replay:PATH or provider:model) for "
+        "re-planning, the resolver's fallback, reasoning steps and the answer",
+    )
+    res.add_argument(
+        "--dry-run", action="store_true", help="print what resuming would do, and stop"
+    )
+    add_store_arguments(res, allow_disable=False)
+    res.set_defaults(func=cmd_resume)
+
+    exp = sub.add_parser("export", help="print everything recorded about a run as JSON")
+    exp.add_argument("run_id", metavar="RUN_ID")
+    exp.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    add_store_arguments(exp, allow_disable=False)
+    exp.set_defaults(func=cmd_export)
+
+    tl = sub.add_parser("timeline", help="draw a run's steps on a time axis")
+    tl.add_argument("run_id", metavar="RUN_ID")
+    tl.add_argument(
+        "--out", required=True, metavar="FILE", help="FILE.html (self-contained SVG) or FILE.png"
+    )
+    add_store_arguments(tl, allow_disable=False)
+    tl.set_defaults(func=cmd_timeline)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _short(text: str | None, limit: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _duration(record: RunRecord) -> float | None:
+    if record.created_at is None:
+        return None
+    end = record.finished_at or record.updated_at
+    return None if end is None else end - record.created_at
+
+
+def _steps_cell(record: RunRecord) -> str:
+    total = sum(record.step_counts.values())
+    ok = record.step_counts.get(str(StepStatus.SUCCEEDED), 0)
+    return f"{ok}/{total}"
+
+
+# ---------------------------------------------------------------------- list
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs list``."""
+    store = open_store(args.store)
+    try:
+        records = store.list_runs(status=args.status, limit=args.limit)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+        return 0
+    if not records:
+        what = f" with status {args.status}" if args.status else ""
+        print(f"no runs{what}")
+        return 0
+    dead_letter = any(r.error for r in records)
+    header = f"{'RUN_ID':<14} {'STATUS':<11} {'STARTED (UTC)':<19} {'TIME':>8} {'OK':>6}  "
+    header += "QUESTION" if not dead_letter else f"{'QUESTION':<32} REASON"
+    print(header)
+    for r in records:
+        line = (
+            f"{r.run_id:<14} {r.status.value:<11} {_when(r.created_at):<19} "
+            f"{_seconds(_duration(r)):>8} {_steps_cell(r):>6}  "
+        )
+        if dead_letter:
+            reason = f"[{r.error_kind}] {r.error}" if r.error_kind and r.error else r.error
+            line += f"{_short(r.question, 32):<32} {_short(reason, 100)}"
+        else:
+            line += _short(r.question, 60)
+        print(line.rstrip())
+    return 0
+
+
+# ---------------------------------------------------------------------- show
+
+
+def _show_data(store: RunStore, run_id: str) -> dict[str, Any]:
+    record = store.get_run(run_id)
+    return {
+        "run": record.to_dict(),
+        "plans": [p.to_dict() for p in store.plans(run_id)],
+        "steps": [s.to_dict() for s in store.step_results(run_id)],
+        "calls_without_result": [
+            {"plan_version": c.plan_version, "step_id": c.step_id, "tool": c.tool,
+             "args": c.args, "attempt": c.attempt, "ts": c.ts}
+            for c in store.started_calls_without_result(run_id)
+        ],
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs show``."""
+    store = open_store(args.store)
+    try:
+        data = _show_data(store, args.run_id)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    run = data["run"]
+    kind = f" [{run['error_kind']}]" if run.get("error_kind") else ""
+    print(f"run {run['run_id']}  {run['status']}{kind}")
+    print(f"question: {run['question'] or '-'}")
+    print(
+        f"started {_when(run['created_at'])} UTC, "
+        + (f"finished {_when(run['finished_at'])} UTC" if run["finished_at"] else "not finished")
+    )
+    if run.get("error"):
+        print(f"reason: {run['error']}")
+    if run.get("answer"):
+        print(f"answer: {run['answer']}")
+    for p in data["plans"]:
+        plan = p["plan"]
+        n = len(plan["steps"]) if plan else 0
+        why = f" — {p['reason']}" if p.get("reason") else ""
+        print(f"\nplan v{p['version']}: {n} step(s){why}")
+        if plan is None:
+            print("  (no usable plan)")
+            continue
+        for d in plan["diagnostics"]:
+            where = f"line {d['line']}" if d["line"] is not None else "plan"
+            print(f"  {where}: {d['severity']} {d['code']}: {d['message']}")
+    print("\nsteps:")
+    if not data["steps"]:
+        print("  (no step finished)")
+    for s in data["steps"]:
+        res = ", ".join(f"{k}={v}" for k, v in s["resolution"].items()) or "-"
+        print(
+            f"  v{s['plan_version']} #{s['step_id']:<3} {str(s['tool'] or '(reasoning)'):<22} "
+            f"{s['status']:<10} {_seconds(s['duration']):>8}  attempts={s['attempts']} "
+            f"llm={s['llm_calls']}  args: {res}"
+        )
+        if s.get("error"):
+            print(f"      {s['error_kind']}: {s['error']}")
+        if s.get("note"):
+            print(f"      note: {s['note']}")
+    if data["calls_without_result"]:
+        print("\ncalls started without a recorded result:")
+        for c in data["calls_without_result"]:
+            print(f"  v{c['plan_version']} #{c['step_id']} {c['tool']} (attempt {c['attempt']}) "
+                  f"at {_when(c['ts'])} UTC")
+    return 0
+
+
+# ---------------------------------------------------------------------- export
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs export``."""
+    store = open_store(args.store)
+    try:
+        doc = store.export(args.run_id)
+    finally:
+        store.close()
+    text = json.dumps(doc, indent=2, default=str)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+# ---------------------------------------------------------------------- resume
+
+
+def _agent_config(record: RunRecord) -> Any:
+    from pydantic import ValidationError
+
+    from planexec.config import AgentConfig
+
+    if not record.config:
+        return AgentConfig()
+    try:
+        return AgentConfig.model_validate(record.config)
+    except ValidationError as exc:
+        run_log(record.run_id).warning(
+            "the recorded configuration of run {} is not valid here ({} error(s)); "
+            "resuming with the default configuration", record.run_id, exc.error_count()
+        )
+        return AgentConfig()
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs resume``: 0 when the run succeeds, 1 when it does not."""
+    from planexec.store.resume import catalog_is_safe, plan_resume, resume_run
+    from planexec.tools import ToolCatalog, load_tools
+
+    if not args.tools:
+        raise ConfigError("resume needs the run's tools: --tools MODULE:ATTR")
+    store = open_store(args.store)
+    try:
+        tools = load_tools(args.tools)
+        decision = plan_resume(
+            store, args.run_id, is_safe=catalog_is_safe(ToolCatalog(tools)),
+            rerun_unsafe=args.rerun_unsafe,
+        )
+        if decision.complete:
+            print(f"run {args.run_id} already SUCCEEDED: nothing to resume")
+            return 0
+        print(
+            f"run {args.run_id} ({decision.record.status.value}): plan v{decision.plan_version}; "
+            f"reuse {list(decision.finished)}, re-run interrupted {list(decision.rerun)}, "
+            f"run {list(decision.pending)}, unknown outcome {list(decision.unknown)}"
+        )
+        if args.dry_run:
+            if decision.message:
+                print(decision.message, file=sys.stderr)
+            return 0 if decision.can_continue else 1
+        from planexec.agent import PlanExecuteAgent
+        from planexec.models import load_model
+
+        model = load_model(args.model) if args.model else None
+        agent = PlanExecuteAgent(model, tools, config=_agent_config(decision.record), store=store)
+        run = asyncio.run(resume_run(agent, store, args.run_id, rerun_unsafe=args.rerun_unsafe))
+    finally:
+        store.close()
+    print(f"run {run.run_id}: {run.status.value}")
+    if run.answer:
+        print(run.answer)
+    if run.status is not RunStatus.SUCCEEDED:
+        print(f"planexec: {run.error or 'the run did not succeed'}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------- timeline
+
+
+@dataclass(frozen=True)
+class TimelineBar:
+    """One step of a run on the time axis."""
+
+    label: str
+    """E.g. ``v1 #2 assets``."""
+    start: float
+    """Seconds from the start of the run."""
+    duration: float
+    """Seconds the step took (how long an in-flight call ran until the last record)."""
+    status: str
+    """A `StepStatus` value, or ``IN_FLIGHT``."""
+    detail: str = ""
+    """Error or note, for the tooltip."""
+
+
+def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[TimelineBar]]:
+    """Return a run's record and one bar per step (latest result of each), in start order.
+
+    Raises:
+        RunNotFoundError: no such run.
+    """
+    record = store.get_run(run_id)
+    steps = store.step_results(run_id)
+    calls = store.started_calls_without_result(run_id)
+    starts = [s.result.started_at for s in steps if s.result.started_at is not None]
+    starts += [c.ts for c in calls]
+    t0 = record.created_at if record.created_at is not None else min(starts, default=0.0)
+    end = record.finished_at or record.updated_at or t0
+    bars: list[TimelineBar] = []
+    for s in steps:
+        r = s.result
+        start = (r.started_at if r.started_at is not None else s.recorded_at or t0) - t0
+        bars.append(
+            TimelineBar(
+                label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'}",
+                start=max(0.0, start),
+                duration=max(0.0, r.duration or 0.0),
+                status=str(r.status),
+                detail=r.error or r.note or "",
+            )
+        )
+    for c in calls:
+        bars.append(
+            TimelineBar(
+                label=f"v{c.plan_version} #{c.step_id} {c.tool}",
+                start=max(0.0, c.ts - t0),
+                duration=max(0.0, end - c.ts),
+                status="IN_FLIGHT",
+                detail="the call started and no result was recorded",
+            )
+        )
+    bars.sort(key=lambda b: (b.start, b.label))
+    return record, bars
+
+
+def _tick_step(span: float) -> float:
+    raw = span / 8 if span > 0 else 1.0
+    for base in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30,
+                 60, 120, 300, 600):
+        if base >= raw:
+            return float(base)
+    return 3600.0
+
+
+def render_timeline_html(record: RunRecord, bars: list[TimelineBar]) -> str:
+    """Render the timeline as one self-contained HTML page with inline SVG (no scripts)."""
+    row, left, right, top = 26, 230, 30, 50
+    width = 1000
+    span = max([b.start + b.duration for b in bars] + [1e-3])
+    plot_w = width - left - right
+    height = top + row * max(1, len(bars)) + 50
+
+    def x(t: float) -> float:
+        return left + plot_w * t / span
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        f'<text x="{left}" y="20" font-size="14" font-weight="bold">'
+        f"run {html.escape(record.run_id)} — {record.status.value}</text>",
+    ]
+    step = _tick_step(span)
+    tick = 0.0
+    axis_y = top + row * max(1, len(bars)) + 5
+    while tick <= span + 1e-9:
+        xt = x(tick)
+        parts.append(f'<line x1="{xt:.1f}" y1="{top - 5}" x2="{xt:.1f}" y2="{axis_y}" '
+                     'stroke="#e0e0e0"/>')
+        parts.append(f'<text x="{xt:.1f}" y="{axis_y + 15}" text-anchor="middle">'
+                     f"{tick:g}s</text>")
+        tick += step
+    for i, b in enumerate(bars):
+        y = top + i * row
+        color = STATUS_COLORS.get(b.status, "#424242")
+        w = max(3.0, plot_w * b.duration / span)
+        tip = f"{b.label}: {b.status}, start {b.start:.3f}s, {b.duration:.3f}s"
+        if b.detail:
+            tip += f" — {b.detail}"
+        parts.append(
+            f'<text x="{left - 8}" y="{y + row / 2 + 4:.1f}" text-anchor="end">'
+            f"{html.escape(b.label)}</text>"
+        )
+        dash = ' stroke-dasharray="4 2" stroke="#212121"' if b.status == "IN_FLIGHT" else ""
+        parts.append(
+            f'<rect class="bar status-{b.status.lower()}" x="{x(b.start):.1f}" y="{y + 4}" '
+            f'width="{w:.1f}" height="{row - 8}" fill="{color}"{dash}>'
+            f"<title>{html.escape(tip)}</title></rect>"
+        )
+    legend_x = left
+    for status in sorted({b.status for b in bars}):
+        parts.append(f'<rect x="{legend_x}" y="{height - 18}" width="12" height="12" '
+                     f'fill="{STATUS_COLORS.get(status, "#424242")}"/>')
+        parts.append(f'<text x="{legend_x + 16}" y="{height - 8}">{status}</text>')
+        legend_x += 110
+    parts.append("</svg>")
+    title = f"planexec run {html.escape(record.run_id)}"
+    question = html.escape(record.question or "")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{title}</title></head>\n<body style=\"font-family: sans-serif\">\n"
+        f"<h1>{title}</h1>\n<p>{question}</p>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )
+
+
+def render_timeline_png(record: RunRecord, bars: list[TimelineBar], out: Path) -> None:
+    """Draw the timeline to a PNG file with matplotlib.
+
+    Raises:
+        MissingExtraError: matplotlib is not installed (``pip install "planexec[plot]"``).
+    """
+    require_extra("matplotlib", "plot")
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ImportError as exc:  # pragma: no cover - found but broken
+        raise MissingExtraError(
+            f'drawing a PNG needs matplotlib ({exc}): pip install "planexec[plot]"'
+        ) from exc
+    fig = Figure(figsize=(10, 1.2 + 0.35 * max(1, len(bars))))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    span = max([b.start + b.duration for b in bars] + [1e-3])
+    for i, b in enumerate(bars):
+        ax.barh(
+            i, max(b.duration, span * 0.006), left=b.start,
+            color=STATUS_COLORS.get(b.status, "#424242"),
+            hatch="//" if b.status == "IN_FLIGHT" else None,
+        )
+    ax.set_xlim(0, span * 1.02)
+    ax.set_yticks(range(len(bars)), [b.label for b in bars])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the start of the run")
+    ax.set_title(f"run {record.run_id} — {record.status.value}")
+    statuses = sorted({b.status for b in bars})
+    ax.legend(handles=[Patch(color=STATUS_COLORS.get(s, "#424242"), label=s) for s in statuses],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(str(out), format="png", dpi=100)
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs timeline``."""
+    out = Path(args.out)
+    suffix = out.suffix.lower()
+    if suffix not in (".html", ".htm", ".png"):
+        raise ConfigError(f"--out must end in .html or .png, not {out.name!r}")
+    store = open_store(args.store)
+    try:
+        record, bars = timeline_bars(store, args.run_id)
+    finally:
+        store.close()
+    if not bars:
+        raise RunError(f"run {args.run_id} has no step to draw")
+    if suffix == ".png":
+        render_timeline_png(record, bars, out)
+    else:
+        out.write_text(render_timeline_html(record, bars), encoding="utf-8")
+    print(f"wrote {out} ({len(bars)} step(s))")
+    return 0

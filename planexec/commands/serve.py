@@ -1,0 +1,115 @@
+"""``planexec serve``: planexec as an MCP server (stdio, or streamable HTTP on request)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import sys
+from typing import Any
+
+from planexec.errors import ConfigError
+
+__all__ = ["TOKEN_ENV", "register"]
+
+TOKEN_ENV = "PLANEXEC_SERVE_TOKEN"
+"""Environment variable holding the bearer token for ``--http`` (same as ``--token``)."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` subcommand."""
+    p = subparsers.add_parser(
+        "serve",
+        help="run planexec as an MCP server",
+        description=(
+            "Expose parse_plan, validate_plan, execute_plan, ask and get_run as MCP tools, "
+            "over stdio (default) or streamable HTTP (--http, bound to 127.0.0.1)."
+        ),
+    )
+    p.add_argument("--tools", metavar="MODULE:ATTR", help="tools plans may call")
+    p.add_argument(
+        "--mcp-config", metavar="FILE", help="MCP servers whose tools plans may call (JSON)"
+    )
+    p.add_argument("--model", metavar="SPEC", help="chat model for ask and the resolver fallback")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument(
+        "--token",
+        default=None,
+        help=f"require 'Authorization: Bearer TOKEN' on HTTP requests (or set ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--expose-tools", action="store_true", help="also expose the underlying tools themselves"
+    )
+    p.add_argument("--store", metavar="PATH", help="run store (default: the user's run store)")
+    p.set_defaults(func=handle)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the server until it is stopped; returns the exit code."""
+    from planexec.errors import require_extra
+
+    require_extra("mcp", "mcp")
+    from planexec._log import logger
+    from planexec.mcp.client import MCPToolset
+    from planexec.mcp.server import build_server, serve
+    from planexec.store import open_store
+    from planexec.tools import load_tools
+
+    if not args.tools and not args.mcp_config:
+        raise ConfigError("planexec serve needs --tools MODULE:ATTR or --mcp-config FILE")
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.http and not _is_loopback(args.host) and not token:
+        logger.bind(run_id="-", step_id=None).warning(
+            "serving on {} without a token: anyone who can reach it can run tools", args.host
+        )
+    if token and not args.http:
+        logger.bind(run_id="-", step_id=None).warning(
+            "--token only applies to --http; stdio needs none"
+        )
+    tools = load_tools(args.tools) if args.tools else []
+    toolset = MCPToolset(args.mcp_config) if args.mcp_config else None
+    model = None
+    if args.model:
+        from planexec.models import load_model
+
+        model = load_model(args.model)
+    store = open_store(args.store)
+
+    def factory(all_tools: list[Any]) -> Any:
+        return build_server(all_tools, model=model, store=store, expose_tools=args.expose_tools)
+
+    def ready(endpoint: str) -> None:
+        if endpoint != "stdio":
+            auth = " (bearer token required)" if token else ""
+            print(f"planexec: serving MCP at {endpoint}{auth}", file=sys.stderr, flush=True)
+
+    try:
+        asyncio.run(
+            serve(
+                factory,
+                tools=tools,
+                toolset=toolset,
+                http=args.http,
+                host=args.host,
+                port=args.port,
+                token=token if args.http else None,
+                on_ready=ready,
+            )
+        )
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+    return 0

@@ -1,0 +1,249 @@
+"""All the settings of a `PlanExecuteAgent` in one pydantic model: `AgentConfig`.
+
+Every model here forbids unknown keys, so a misspelled setting is an error that names
+the key, never a silent default. `load_config` reads the same structure from a TOML or
+YAML file::
+
+    [recovery]
+    max_replans = 2
+
+    [recovery.policy]
+    TOOL_ERROR = "REPLAN"
+
+    [limits]
+    max_steps = 30
+    per_tool_limits = { search = 5 }
+    sequence_limits = [ { pattern = ["search", "fetch"], max_repeats = 3 } ]
+
+    [executor]
+    max_concurrency = 4
+    tool_timeouts = { history = 10.0 }
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planexec.distributed.settings import RaySettings
+from planexec.errors import ConfigError, ErrorKind
+from planexec.recovery import Action
+
+__all__ = [
+    "AgentConfig",
+    "EvaluationSettings",
+    "ExecutorSettings",
+    "LimitSettings",
+    "ModelSettings",
+    "PlannerSettings",
+    "RecoverySettings",
+    "ResolverSettings",
+    "RetrySettings",
+    "SequenceLimit",
+    "load_config",
+]
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class RetrySettings(_Settings):
+    """Retries with exponential backoff and jitter."""
+
+    attempts: int = Field(default=3, ge=1)
+    """Attempts in all (1 means no retry)."""
+    base_delay: float = Field(default=0.2, ge=0)
+    """Seconds before the first retry; doubled on each further retry."""
+    max_delay: float = Field(default=5.0, ge=0)
+    """The longest wait between two attempts, in seconds."""
+    jitter: float = Field(default=0.1, ge=0)
+    """Random seconds (up to this) added to each wait."""
+
+
+class ExecutorSettings(_Settings):
+    """How steps are run."""
+
+    max_concurrency: int = Field(default=8, ge=1)
+    """Steps run at the same time, at most."""
+    step_timeout: float | None = Field(default=None, gt=0)
+    """Seconds a whole step may take (resolution, calls and retries); None for no limit."""
+    tool_timeout: float | None = Field(default=None, gt=0)
+    """Seconds one tool call may take, unless ``tool_timeouts`` names the tool."""
+    tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    """Per-tool call timeouts in seconds, by tool name or qualified ``server.name``."""
+    error_payload_keys: tuple[str, ...] = ("error",)
+    """Keys of a dict output that mark it as an error payload (``{"error": ...}``)."""
+    empty_output: Literal["fail", "warn"] = "fail"
+    """An empty tool output fails the step (``fail``) or is kept with a warning."""
+    tool_retry: RetrySettings = Field(default_factory=RetrySettings)
+    """Retries, inside one step, of failed calls to safe (read-only/idempotent) tools."""
+    retry_unsafe: bool = False
+    """Also retry tools not marked safe. Destructive tools are never retried."""
+    empty_output_attempts: int = Field(default=2, ge=1)
+    """Attempts (at most) for a safe tool that keeps returning an empty output."""
+    reason_budget: int = Field(default=4000, ge=100)
+    """Characters of dependency outputs shown to a reasoning step's model."""
+    backend: Literal["local", "ray"] = "local"
+    """Where tool calls run: in this process (``local``) or as Ray tasks (``ray``, needs
+    ``planexec[ray]``; see docs/scaling.md)."""
+    ray: RaySettings = Field(default_factory=RaySettings)
+    """The Ray backend's address, tool loading and resources per tool."""
+
+
+class ResolverSettings(_Settings):
+    """How arguments are resolved."""
+
+    output_budget: int = Field(default=4000, ge=100)
+    """Characters of each referenced output shown to the LLM fallback."""
+
+
+class ModelSettings(_Settings):
+    """How the chat model is called (every purpose)."""
+
+    timeout: float | None = Field(default=120.0, gt=0)
+    """Seconds a model call may take, streaming included; None for no limit."""
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    """Retries of transient model errors (timeouts, provider errors)."""
+    breaker_failure_threshold: int = Field(default=5, ge=1)
+    """Consecutive failures after which the provider's circuit breaker opens."""
+    breaker_recovery_time: float = Field(default=30.0, ge=0)
+    """Seconds an open breaker waits before letting one trial call through."""
+    stream: bool = False
+    """Stream replies (the timeout then bounds the whole stream)."""
+
+
+class PlannerSettings(_Settings):
+    """How plans are asked for and read."""
+
+    dialect: Literal["auto", "hashstep", "rewoo", "llmcompiler"] = "auto"
+    """The plan dialect to parse (the prompt always teaches hashstep)."""
+    draft_policy: Literal["last_complete", "first", "last"] = "last_complete"
+    """Which plan to keep when a reply holds several drafts."""
+    max_reprompts: int = Field(default=2, ge=0)
+    """Re-prompts with the diagnostics when a reply has errors or unknown tools."""
+    output_budget: int = Field(default=1500, ge=100)
+    """Characters of each succeeded step's output shown in a re-plan prompt."""
+    instructions: str | None = None
+    """Extra instructions appended to the planner's system prompt."""
+
+
+class RecoverySettings(_Settings):
+    """Budgets and the recovery policy (see docs/recovery.md)."""
+
+    max_replans: int = Field(default=3, ge=0)
+    """Re-plans per run."""
+    max_reresolutions_per_step: int = Field(default=2, ge=0)
+    """Re-resolutions of one step's arguments (with feedback), per plan."""
+    max_retries_per_step: int = Field(default=1, ge=0)
+    """Re-runs of one failed step by the agent, per plan (after the executor's own retries)."""
+    early_replan: bool = True
+    """Re-plan when the same argument of the same tool fails the same way twice."""
+    policy: dict[ErrorKind, Action] = Field(default_factory=dict)
+    """Overrides of the default action per error kind, e.g. ``{TOOL_ERROR: REPLAN}``."""
+
+
+class SequenceLimit(_Settings):
+    """A pattern of consecutive tool calls that may occur at most ``max_repeats`` times."""
+
+    pattern: tuple[str, ...] = Field(min_length=1)
+    """Tool names called one right after the other, e.g. ``["search", "fetch"]``."""
+    max_repeats: int = Field(ge=0)
+    """How many times the pattern may occur in the run's tool calls."""
+
+
+class LimitSettings(_Settings):
+    """Limits that end a run with ``LIMIT_EXCEEDED``."""
+
+    max_steps: int | None = Field(default=50, ge=1)
+    """Tool calls (steps) started per run, re-runs included; None for no limit."""
+    per_tool_limits: dict[str, int] = Field(default_factory=dict)
+    """Calls per run, by tool name."""
+    sequence_limits: tuple[SequenceLimit, ...] = ()
+    """Repeated-sequence limits."""
+
+
+class EvaluationSettings(_Settings):
+    """How the evaluator and the answer see the results."""
+
+    output_budget: int = Field(default=2000, ge=100)
+    """Characters of each step's output shown to the judge and the summarizer."""
+
+
+class AgentConfig(_Settings):
+    """Every setting of a `PlanExecuteAgent`; the defaults are those of docs/recovery.md."""
+
+    planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    """Planning."""
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    """Running steps."""
+    resolver: ResolverSettings = Field(default_factory=ResolverSettings)
+    """Resolving arguments."""
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    """Calling the model."""
+    recovery: RecoverySettings = Field(default_factory=RecoverySettings)
+    """Budgets and the recovery policy."""
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    """Run limits."""
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
+    """Evaluation and the final answer."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> AgentConfig:
+        """Validate ``data`` into a config.
+
+        Raises:
+            ConfigError: unknown keys or bad values; the message names each key and
+                ``source``.
+        """
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, source)) from exc
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown key {key!r}")
+        else:
+            lines.append(f"{source}: {key}: {err['msg']}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def load_config(path: str | Path) -> AgentConfig:
+    """Read an `AgentConfig` from a ``.toml``, ``.yaml`` or ``.yml`` file.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, has unknown keys or bad values.
+            The message names the file and the key.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {exc}") from exc
+    data: Any
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ConfigError(
+                f"config file {str(p)!r}: unknown format {suffix!r} (use .toml, .yaml or .yml)"
+            )
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid {suffix[1:]}: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r}: the top level must be a table/mapping")
+    return AgentConfig.from_dict(data, source=str(p))

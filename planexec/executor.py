@@ -1,0 +1,1020 @@
+"""The executor: runs a checked `Plan` as a DAG of steps on asyncio.
+
+Every step whose dependencies are done starts at once, up to ``max_concurrency``.
+For each step, in order:
+
+1. its own defects: unreadable ``#Args`` (``ARGS_SYNTAX``), an unknown tool
+   (``UNKNOWN_TOOL``, with close names), a reference or dependency to a step that does
+   not exist (``MISSING_REFERENCE``), a dependency cycle (``MISSING_REFERENCE``);
+2. its dependencies: one that failed, was blocked or cancelled (or a referenced one
+   that was skipped) makes it ``BLOCKED`` (``UPSTREAM_FAILED``, naming the upstream
+   step, the argument and the upstream error);
+3. argument resolution through the `ArgResolver` (the only way the executor meets a
+   model, with the reasoning hook);
+4. the invariant — no argument holds a reference or a placeholder-looking string —
+   checked right before the call (``RESOLUTION_FAILED`` otherwise);
+5. the ``guard`` hook (``LIMIT_EXCEEDED``), the tool server's circuit breaker
+   (``CIRCUIT_OPEN``);
+6. the tool call through the `ToolRunner`, bounded by its timeout, retried with
+   backoff and jitter only when the tool is safe (read-only or idempotent, not
+   destructive). Exceptions, ``is_error`` results and error payloads are
+   ``TOOL_ERROR``; a timeout is ``TOOL_TIMEOUT``; an empty output is ``EMPTY_OUTPUT``.
+
+A step without a tool is a reasoning step: a `Reasoner` answers its task from its
+dependencies' outputs; without one it is ``SKIPPED`` with a note. Its own
+``expected_output`` is never used as a result.
+
+Each step's `StepFinished` event is awaited through the `EventBus` before any step
+that depends on it starts, so a store subscribed to the bus has recorded it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from planexec._log import step_log
+from planexec._models import ModelClient
+from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError
+from planexec.events import (
+    EventBus,
+    FallbackUsed,
+    StepFinished,
+    StepStarted,
+    ToolCallStarted,
+)
+from planexec.parsing.refs import contains_placeholder
+from planexec.plan import Plan, Ref, Step, Template, iter_refs
+from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
+from planexec.resolver import ArgResolver, ResolutionFailure
+from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage, jsonable
+from planexec.tools import ToolCatalog, ToolSpec, error_payload, invoke_tool, normalize_output
+
+__all__ = [
+    "Executor",
+    "ExecutorConfig",
+    "Guard",
+    "LocalToolRunner",
+    "ModelReasoner",
+    "Reasoner",
+    "ToolRunner",
+]
+
+Guard = Callable[[Step, str], "str | None"]
+"""Called before a step's tool call; a returned message fails it with LIMIT_EXCEEDED."""
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """How the executor runs a plan."""
+
+    max_concurrency: int = 8
+    """Steps running at the same time, at most."""
+    step_timeout: float | None = None
+    """Seconds a whole step may take (resolution, calls and retries), or None."""
+    tool_timeout: float | None = None
+    """Seconds one tool call may take, unless ``tool_timeouts`` names the tool."""
+    tool_timeouts: Mapping[str, float] = field(default_factory=dict)
+    """Per-tool call timeouts, by tool name or qualified ``server.name``."""
+    error_payload_keys: tuple[str, ...] = ("error",)
+    """Keys whose truthy value in a dict output marks a tool error."""
+    empty_output: Literal["fail", "warn"] = "fail"
+    """An empty output (None, "", [], {}) fails the step, or succeeds with a warning."""
+    tool_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Retries for failed calls of safe tools (read-only or idempotent)."""
+    retry_unsafe: bool = False
+    """Also retry tools whose safety is unknown. Destructive tools are never retried."""
+    retry_error_payloads: bool = False
+    """Also retry error payloads and ``is_error`` results of safe tools.
+
+    Off by default: such a result is the tool's answer (``unknown site``), not a
+    transport failure; exceptions and timeouts are what gets retried.
+    """
+    empty_output_attempts: int = 2
+    """Attempts (at most) for a safe tool that keeps returning an empty output."""
+    reason_budget: int = 4000
+    """Characters of dependency outputs shown to a reasoning step's model."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.empty_output not in ("fail", "warn"):
+            raise ConfigError(f"empty_output must be 'fail' or 'warn', not {self.empty_output!r}")
+
+    def timeout_for(self, spec: ToolSpec) -> float | None:
+        """The call timeout of a tool."""
+        for key in (spec.qualified_name, spec.name):
+            if key in self.tool_timeouts:
+                return self.tool_timeouts[key]
+        return self.tool_timeout
+
+
+@runtime_checkable
+class ToolRunner(Protocol):
+    """Makes one tool call (locally by default; a Ray runner can replace it)."""
+
+    async def call(self, spec: ToolSpec, args: dict[str, Any]) -> Any:
+        """Call the tool with resolved arguments and return its raw output."""
+        ...
+
+
+class LocalToolRunner:
+    """Calls tools in this process, on the running event loop."""
+
+    async def call(self, spec: ToolSpec, args: dict[str, Any]) -> Any:
+        """Call the tool through `planexec.tools.invoke_tool`."""
+        return await invoke_tool(spec, args)
+
+
+@runtime_checkable
+class Reasoner(Protocol):
+    """Answers a reasoning step (no tool) from its dependencies' results."""
+
+    async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
+        """Return the step's answer."""
+        ...
+
+
+def _cut(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return f"{text[: max(0, budget)]}… [cut: {budget} of {len(text)} characters shown]"
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(jsonable(value), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+REASON_SYSTEM = (
+    "You carry out one reasoning step of a plan: there is no tool to call. Answer the "
+    "step's task using only the results of the earlier steps shown. Reply with the "
+    "answer only. If those results do not hold what the task needs, say exactly what "
+    "is missing; never invent values."
+)
+
+
+class ModelReasoner:
+    """A `Reasoner` that asks a chat model (purpose ``reason``).
+
+    The prompt holds the step's task, the question (if given) and the outputs of the
+    step's dependencies, cut to ``budget`` characters in all. The step's expected
+    output is not shown, so it cannot be echoed back as a result.
+    """
+
+    def __init__(
+        self, client: ModelClient, *, question: str | None = None, budget: int = 4000
+    ) -> None:
+        self.client = client
+        """The model client (its usage counts the calls)."""
+        self.question = question
+        """The question the plan answers, shown as context."""
+        self.budget = budget
+        """Characters of dependency outputs shown, in all."""
+
+    def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelReasoner:
+        """Return a reasoner whose client counts into ``usage`` for ``run_id``."""
+        return ModelReasoner(
+            self.client.bind(usage=usage, bus=bus, run_id=run_id),
+            question=self.question,
+            budget=self.budget,
+        )
+
+    def prompt(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
+        """The human message for a step (built by concatenation: nothing is formatted)."""
+        lines: list[str] = []
+        if self.question:
+            lines += ["Question:", self.question, ""]
+        lines += [f"Task (step {step.id}):", step.task or "(no task text)", ""]
+        if inputs:
+            per = max(200, self.budget // len(inputs))
+            lines.append("Results of earlier steps:")
+            for sid in sorted(inputs):
+                r = inputs[sid]
+                label = f"step {sid}" + (f" (tool {r.tool})" if r.tool else "")
+                lines.append(f"- {label}: {_cut(_as_text(r.output), per)}")
+        else:
+            lines.append("No earlier step results are available to this step.")
+        return "\n".join(lines)
+
+    async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
+        """Ask the model to answer the step's task from its inputs."""
+        messages = [SystemMessage(REASON_SYSTEM), HumanMessage(self.prompt(step, inputs))]
+        return await self.client.complete(messages, purpose="reason", step_id=step.id)
+
+
+class _AttemptFailed(Exception):
+    """One tool call attempt failed in a way that may be retried."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        output: Any = None,
+        raw: Any = None,
+        *,
+        retry: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.output = output
+        self.raw = raw
+        self.retry = retry
+
+
+class _StepFailed(Exception):
+    """A step ended without success; carries its result fields."""
+
+    def __init__(self, status: StepStatus, kind: ErrorKind | None, message: str, **fields: Any):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.fields = fields
+
+
+_BLOCKING = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
+
+
+def _is_empty(value: Any) -> bool:
+    """Whether an output is empty: None, a blank string, an empty list, tuple or dict."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, list | tuple | dict):
+        return len(value) == 0
+    return False
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    return _cut(_as_text(value), limit)
+
+
+def _arg_of_ref(step: Step) -> dict[int, str]:
+    """For each referenced step id, the first argument (name) that refers to it."""
+    where: dict[int, str] = {}
+    for name, value in step.args.items():
+        for ref in iter_refs(value):
+            where.setdefault(ref.step, name)
+    for i, value in enumerate(step.positional):
+        for ref in iter_refs(value):
+            where.setdefault(ref.step, f"positional argument {i + 1}")
+    return where
+
+
+def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
+    """The first reference or placeholder-looking string left in a value, if any."""
+    if isinstance(value, Ref | Template):
+        return value
+    if isinstance(value, Mapping):
+        for v in value.values():
+            found = _unresolved(v, dialect)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for v in value:
+            found = _unresolved(v, dialect)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, str) and contains_placeholder(value, dialect=dialect):
+        return value
+    return None
+
+
+@dataclass
+class _Ctx:
+    """What is known about a step while it runs."""
+
+    step: Step
+    started_at: float
+    t0: float
+    phase: str = "starting"
+    args: dict[str, Any] | None = None
+    resolution: dict[str, ResolutionMethod] = field(default_factory=dict)
+    llm_calls: int = 0
+    attempts: int = 0
+    server: str | None = None
+    tool: str | None = None
+
+
+class Executor:
+    """Runs plans: a DAG scheduler, argument resolution and resilient tool calls.
+
+    Example:
+        >>> import asyncio
+        >>> from planexec.plan import Plan, Ref, Step
+        >>> from planexec.testing import fake_tool
+        >>> catalog = ToolCatalog([fake_tool("sites", ["MAIN"]),
+        ...                        fake_tool("assets", ["CH-6"], args={"site": str})])
+        >>> plan = Plan(steps=(Step(id=1, tool="sites"),
+        ...     Step(id=2, tool="assets", args={"site": Ref(1, (0,))}, depends_on=(1,))))
+        >>> [r.status.value for r in asyncio.run(Executor(catalog).run(plan))]
+        ['SUCCEEDED', 'SUCCEEDED']
+    """
+
+    def __init__(
+        self,
+        catalog: ToolCatalog,
+        resolver: ArgResolver | None = None,
+        *,
+        config: ExecutorConfig | None = None,
+        reasoner: Reasoner | None = None,
+        bus: EventBus | None = None,
+        run_id: str = "-",
+        usage: Usage | None = None,
+        breakers: BreakerRegistry | None = None,
+        guard: Guard | None = None,
+        runner: ToolRunner | None = None,
+        client: ModelClient | None = None,
+    ) -> None:
+        """Build an executor.
+
+        Args:
+            catalog: The tools.
+            resolver: The argument resolver (one without a model by default).
+            config: Concurrency, timeouts, retries, error payloads, empty outputs.
+            reasoner: Answers reasoning steps; without one they are skipped.
+            bus: Where events go (awaited in order).
+            run_id: The run id, bound to logs and events.
+            usage: Where tool and model calls are counted (a new `Usage` otherwise).
+                Model clients of the resolver and the reasoner are bound to it.
+            breakers: Circuit breakers, one per tool server (``tool:<server>``).
+            guard: Called before each step's tool call; a message fails the step
+                with ``LIMIT_EXCEEDED``.
+            runner: Makes tool calls (`LocalToolRunner` by default).
+            client: The run-bound model client passed to the resolver (by default the
+                resolver's own client, bound to ``usage``).
+        """
+        if resolver is None:
+            resolver = ArgResolver()
+        self.catalog = catalog
+        """The tools."""
+        self.resolver = resolver
+        """The argument resolver."""
+        self.config = config or ExecutorConfig()
+        """The configuration."""
+        self.bus = bus if bus is not None else EventBus()
+        """The event bus."""
+        self.run_id = run_id
+        """The run id."""
+        self.usage = usage if usage is not None else Usage()
+        """Tool calls and model calls counted so far."""
+        self.breakers = breakers if breakers is not None else BreakerRegistry()
+        """Circuit breakers by name."""
+        self.guard = guard
+        """The limit hook."""
+        self.runner: ToolRunner = runner if runner is not None else LocalToolRunner()
+        """Makes tool calls."""
+        if reasoner is not None and isinstance(reasoner, ModelReasoner):
+            reasoner = reasoner.bind(usage=self.usage, bus=self.bus, run_id=run_id)
+        self.reasoner = reasoner
+        """Answers reasoning steps (None: they are skipped)."""
+        if client is None:
+            own = getattr(resolver, "client", None)
+            if isinstance(own, ModelClient):
+                client = own.bind(usage=self.usage, bus=self.bus, run_id=run_id)
+        self.client = client
+        """The model client handed to the resolver, if any."""
+        self.results: dict[int, StepResult] = {}
+        """Every result known in the current run (prior ones included), by step id."""
+        self._cancel = asyncio.Event()
+        self._plan_version = 1
+        self._dialect: str | None = None
+        self._finished: asyncio.Queue[int | None] | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def cancel(self) -> None:
+        """Stop the current run: running steps and steps not started become CANCELLED.
+
+        `run` then returns normally with the results so far.
+        """
+        self._cancel.set()
+        if self._finished is not None:
+            self._finished.put_nowait(None)  # wake the scheduler up
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether `cancel` was called."""
+        return self._cancel.is_set()
+
+    async def run(
+        self,
+        plan: Plan,
+        *,
+        prior: Mapping[int, StepResult] | None = None,
+        feedback: Mapping[int, str] | None = None,
+        plan_version: int = 1,
+    ) -> list[StepResult]:
+        """Run a plan and return one result per step, in completion order.
+
+        Args:
+            plan: A (checked) plan.
+            prior: Results from earlier runs or plan attempts. A step of ``plan`` whose
+                prior result SUCCEEDED is not run again: its result is reused (emitted
+                as `StepFinished` with a ``reused`` note). Every prior result is visible
+                to references.
+            feedback: Per-step feedback for the resolver (e.g. validation errors from a
+                previous attempt).
+            plan_version: The plan attempt number, put on events.
+
+        Returns:
+            The results of the plan's steps, in the order they finished.
+
+        Raises:
+            asyncio.CancelledError: the task running this was cancelled; every
+                unfinished step was first recorded as CANCELLED (see ``results``).
+        """
+        self._plan_version = plan_version
+        self._dialect = plan.dialect
+        feedback = feedback or {}
+        self.results = {}
+        for sid, result in (prior or {}).items():
+            self.results[sid] = result
+        view = MappingProxyType(self.results)
+        order: list[int] = []
+
+        plan_ids = set(plan.ids)
+        steps = {s.id: s for s in plan.steps}
+        # Steps reused from prior results.
+        for s in plan.steps:
+            pr = self.results.get(s.id)
+            if pr is not None and pr.status is StepStatus.SUCCEEDED:
+                reused = replace(pr, note=_join_note(pr.note, "reused: succeeded earlier"))
+                self.results[s.id] = reused
+                order.append(s.id)
+                step_log(self.run_id, s.id).info("step {} reused from a prior result", s.id)
+                await self.bus.emit(
+                    StepFinished(run_id=self.run_id, result=reused, plan_version=plan_version)
+                )
+        to_run = [s for s in steps.values() if s.id not in order]
+        for s in to_run:
+            self.results.pop(s.id, None)  # an earlier failure of a step that runs again
+        pending_ids = {s.id for s in to_run}
+
+        # Dependency graph among the steps still to run.
+        waiting: dict[int, int] = {}
+        dependents: dict[int, list[int]] = {sid: [] for sid in pending_ids}
+        for s in to_run:
+            deps = {d for d in _deps(s) if d in pending_ids}
+            waiting[s.id] = len(deps)
+            for d in deps:
+                dependents[d].append(s.id)
+        ready: deque[int] = deque(s.id for s in to_run if waiting[s.id] == 0)
+        running: dict[int, asyncio.Task[Any]] = {}
+        finished: asyncio.Queue[int | None] = asyncio.Queue()
+        self._finished = finished
+        limit = self.config.max_concurrency
+
+        try:
+            while ready or running:
+                if self._cancel.is_set():
+                    break
+                while ready and len(running) < limit:
+                    sid = ready.popleft()
+                    task = asyncio.create_task(
+                        self._step_task(steps[sid], view, feedback.get(sid), plan_ids)
+                    )
+                    task.add_done_callback(functools.partial(_notify, finished, sid))
+                    running[sid] = task
+                done_sid = await finished.get()
+                if done_sid is None or done_sid not in running:
+                    continue  # a wake-up from `cancel`
+                done_task = running.pop(done_sid)
+                if not done_task.cancelled() and done_task.exception() is not None:
+                    # An event subscriber (e.g. the run store) failed: stop the run.
+                    await self._cancel_rest(to_run, running, order)
+                    raise done_task.exception()  # type: ignore[misc]
+                order.append(done_sid)
+                for dep in dependents[done_sid]:
+                    waiting[dep] -= 1
+                    if waiting[dep] == 0:
+                        ready.append(dep)
+        except asyncio.CancelledError:
+            await self._cancel_rest(to_run, running, order)
+            raise
+        finally:
+            self._finished = None
+            cancelled, self._cancel = self._cancel.is_set(), asyncio.Event()
+        if cancelled:
+            await self._cancel_rest(to_run, running, order)
+        elif len(order) < len(steps):
+            # Whatever is left waits on a dependency cycle.
+            await self._fail_cycle([s for s in to_run if s.id not in self.results], order)
+        return [self.results[sid] for sid in order if sid in steps]
+
+    # ------------------------------------------------------------------ scheduling
+
+    async def _fail_cycle(self, stuck: list[Step], order: list[int]) -> None:
+        stuck_ids = {s.id for s in stuck}
+        for s in stuck:
+            where = _arg_of_ref(s)
+            waits = ", ".join(
+                f"step {d}" + (f" (argument {where[d]!r})" if d in where else "")
+                for d in sorted(_deps(s) & stuck_ids)
+            )
+            msg = (
+                f"step {s.id}: cannot run: it waits on {waits}, and steps "
+                f"{sorted(stuck_ids)} form or follow a dependency cycle; the tool was not called"
+            )
+            now = time.time()
+            result = StepResult(
+                step_id=s.id,
+                tool=s.tool,
+                status=StepStatus.FAILED,
+                error=msg,
+                error_kind=ErrorKind.MISSING_REFERENCE,
+                started_at=now,
+                duration=0.0,
+                server=s.server,
+            )
+            await self._finish(result)
+            order.append(s.id)
+
+    async def _cancel_rest(
+        self,
+        to_run: list[Step],
+        running: dict[int, asyncio.Task[Any]],
+        order: list[int],
+    ) -> None:
+        """Cancel running steps (they record themselves) and record the others."""
+        for task in running.values():
+            task.cancel()
+        if running:
+            await asyncio.gather(*running.values(), return_exceptions=True)
+        for sid in running:
+            if sid not in order and sid in self.results:
+                order.append(sid)
+        running.clear()
+        now = time.time()
+        for s in to_run:
+            if s.id in self.results:
+                continue
+            message = f"step {s.id}: cancelled before it started"
+            step_log(self.run_id, s.id).warning(message)
+            await self._finish(
+                StepResult(
+                    step_id=s.id,
+                    tool=s.tool,
+                    status=StepStatus.CANCELLED,
+                    error=message,
+                    error_kind=ErrorKind.CANCELLED,
+                    started_at=now,
+                    duration=0.0,
+                    server=s.server,
+                    note="not started",
+                )
+            )
+            order.append(s.id)
+
+    async def _finish(self, result: StepResult) -> None:
+        self.results[result.step_id] = result
+        await self.bus.emit(
+            StepFinished(run_id=self.run_id, result=result, plan_version=self._plan_version)
+        )
+
+    async def _step_task(
+        self,
+        step: Step,
+        results: Mapping[int, StepResult],
+        feedback: str | None,
+        plan_ids: set[int],
+    ) -> StepResult:
+        ctx = _Ctx(step=step, started_at=time.time(), t0=time.perf_counter())
+        ctx.tool, ctx.server = step.tool, step.server
+        try:
+            async with asyncio.timeout(self.config.step_timeout):
+                result = await self._execute(ctx, results, feedback, plan_ids)
+        except _StepFailed as failed:
+            result = self._result(ctx, failed.status, failed.kind, failed.message, **failed.fields)
+        except TimeoutError:
+            kind, what = {
+                "resolving": (ErrorKind.RESOLUTION_FAILED, "while resolving its arguments"),
+                "reasoning": (ErrorKind.MODEL_ERROR, "while its model was reasoning"),
+            }.get(ctx.phase, (ErrorKind.TOOL_TIMEOUT, f"while calling tool {step.tool!r}"))
+            limit = self.config.step_timeout
+            why = f"step timeout of {limit}s exceeded" if limit is not None else "timed out"
+            result = self._result(
+                ctx, StepStatus.FAILED, kind, f"step {step.id}: {why} {what}"
+            )
+        except CircuitOpenError as exc:  # e.g. the resolver's model breaker
+            result = self._result(
+                ctx, StepStatus.FAILED, ErrorKind.CIRCUIT_OPEN, f"step {step.id}: {exc}"
+            )
+        except Exception as exc:  # noqa: BLE001 - a bug in a hook must not end the run
+            kind = {
+                "resolving": ErrorKind.RESOLUTION_FAILED,
+                "reasoning": ErrorKind.MODEL_ERROR,
+                "guard": ErrorKind.LIMIT_EXCEEDED,
+            }.get(ctx.phase, ErrorKind.TOOL_ERROR)
+            message = (
+                f"step {step.id}: internal error while {ctx.phase}: "
+                f"{type(exc).__name__}: {_cut(str(exc), 300)}"
+            )
+            step_log(self.run_id, step.id).opt(exception=exc).error(message)
+            result = self._result(ctx, StepStatus.FAILED, kind, message)
+        except asyncio.CancelledError:
+            # Only the scheduler cancels step tasks (on `cancel` or when `run` itself is
+            # cancelled); it records the result and the scheduler decides what to raise.
+            result = self._result(
+                ctx,
+                StepStatus.CANCELLED,
+                ErrorKind.CANCELLED,
+                f"step {step.id}: cancelled while {ctx.phase}",
+            )
+            step_log(self.run_id, step.id).warning(result.error)
+        await self._finish(result)
+        return result
+
+    def _result(
+        self,
+        ctx: _Ctx,
+        status: StepStatus,
+        kind: ErrorKind | None,
+        message: str | None,
+        **fields: Any,
+    ) -> StepResult:
+        values: dict[str, Any] = {
+            "step_id": ctx.step.id,
+            "tool": ctx.tool,
+            "status": status,
+            "args": None,
+            "error": message,
+            "error_kind": kind,
+            "resolution": dict(ctx.resolution),
+            "llm_calls": ctx.llm_calls,
+            "attempts": ctx.attempts,
+            "started_at": ctx.started_at,
+            "duration": time.perf_counter() - ctx.t0,
+            "server": ctx.server,
+        }
+        if ctx.attempts:
+            values["args"] = ctx.args
+        values.update(fields)
+        return StepResult(**values)
+
+    # ------------------------------------------------------------------ one step
+
+    def _warn(self, step_id: int, code: str, message: str) -> FallbackUsed:
+        step_log(self.run_id, step_id).warning(message)
+        return FallbackUsed(run_id=self.run_id, step_id=step_id, code=code, message=message)
+
+    async def _execute(
+        self,
+        ctx: _Ctx,
+        results: Mapping[int, StepResult],
+        feedback: str | None,
+        plan_ids: set[int],
+    ) -> StepResult:
+        step = ctx.step
+        ctx.phase = "checking"
+        spec: ToolSpec | None = None
+        if step.tool is not None:
+            if not step.args_valid:
+                text = f" ({_cut(step.args_text, 120)})" if step.args_text else ""
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.ARGS_SYNTAX,
+                    f"step {step.id}: the arguments of tool {step.tool!r} could not be "
+                    f"read{text}; the tool was not called",
+                )
+            spec = await self._lookup(step)
+            ctx.tool, ctx.server = spec.name, spec.server or step.server
+        self._check_references(step, results, plan_ids)
+        self._check_upstream(step, results)
+
+        await self.bus.emit(
+            StepStarted(
+                run_id=self.run_id,
+                step_id=step.id,
+                tool=step.tool,
+                plan_version=self._plan_version,
+            )
+        )
+        if spec is None:
+            return await self._reason(ctx, results)
+
+        ctx.phase = "resolving"
+        resolved = await self.resolver.resolve(
+            step,
+            spec,
+            results,
+            feedback=feedback,
+            run_id=self.run_id,
+            bus=self.bus,
+            client=self.client,
+        )
+        ctx.llm_calls += resolved.llm_calls
+        if isinstance(resolved, ResolutionFailure):
+            raise _StepFailed(
+                StepStatus.FAILED, resolved.kind, _named(step.id, resolved.message)
+            )
+        ctx.resolution = dict(resolved.methods)
+        args = dict(resolved.args)
+        ctx.phase = "calling"
+        self._check_invariant(step, args)
+
+        if self.guard is not None:
+            ctx.phase = "guard"
+            message = self.guard(step, spec.name)
+            if message:
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.LIMIT_EXCEEDED,
+                    _named(step.id, message),
+                    args=None,
+                )
+            ctx.phase = "calling"
+        return await self._call(ctx, spec, args)
+
+    async def _lookup(self, step: Step) -> ToolSpec:
+        assert step.tool is not None
+        try:
+            spec = self.catalog.lookup(step.tool, step.server)
+            if spec is None and step.server:
+                spec = self.catalog.lookup(step.tool)
+                if spec is not None:
+                    await self.bus.emit(
+                        self._warn(
+                            step.id,
+                            "SERVER_IGNORED",
+                            f"step {step.id}: no tool {step.tool!r} on server "
+                            f"{step.server!r}; using {spec.qualified_name!r}",
+                        )
+                    )
+        except KeyError as exc:  # ambiguous name
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.UNKNOWN_TOOL,
+                f"step {step.id}: {exc}; the tool was not called",
+            ) from exc
+        if spec is None:
+            close = self.catalog.suggest(step.tool)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            where = f" (server {step.server!r})" if step.server else ""
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.UNKNOWN_TOOL,
+                f"step {step.id}: unknown tool {step.tool!r}{where}{hint} "
+                f"The tool was not called.",
+            )
+        return spec
+
+    def _check_references(
+        self, step: Step, results: Mapping[int, StepResult], plan_ids: set[int]
+    ) -> None:
+        for ref in step.refs:
+            if ref.step not in plan_ids and ref.step not in results:
+                arg = _arg_of_ref(step).get(ref.step, "?")
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.MISSING_REFERENCE,
+                    f"step {step.id}: argument {arg!r} refers to step {ref.step} "
+                    f"({ref.raw or ref.canonical}), which is not in the plan; "
+                    f"the tool was not called",
+                )
+        for dep in step.depends_on:
+            if dep not in plan_ids and dep not in results:
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.MISSING_REFERENCE,
+                    f"step {step.id}: depends on step {dep}, which is not in the plan",
+                )
+
+    def _check_upstream(self, step: Step, results: Mapping[int, StepResult]) -> None:
+        for dep in sorted(_deps(step)):
+            r = results.get(dep)
+            if r is None or r.status is StepStatus.SUCCEEDED:
+                continue
+            where = _arg_of_ref(step)
+            referenced = dep in where
+            if r.status in _BLOCKING or (referenced and r.status is StepStatus.SKIPPED):
+                how = f"argument {where[dep]!r} refers to" if referenced else "depends on"
+                cause = r.error or r.note or "no output"
+                kind = f"{r.error_kind}: " if r.error_kind else ""
+                raise _StepFailed(
+                    StepStatus.BLOCKED,
+                    ErrorKind.UPSTREAM_FAILED,
+                    f"step {step.id}: blocked: {how} step {dep}, which is "
+                    f"{r.status.value.lower()} ({kind}{cause}); the tool was not called",
+                )
+
+    def _check_invariant(self, step: Step, args: Mapping[str, Any]) -> None:
+        for name, value in args.items():
+            bad = _unresolved(value, self._dialect)
+            if bad is not None:
+                text = bad.canonical if isinstance(bad, Ref | Template) else _cut(bad, 120)
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.RESOLUTION_FAILED,
+                    f"step {step.id}: argument {name!r} still holds an unresolved reference "
+                    f"or placeholder ({text!r}) after resolution; the tool was not called",
+                )
+
+    async def _reason(self, ctx: _Ctx, results: Mapping[int, StepResult]) -> StepResult:
+        step = ctx.step
+        if self.reasoner is None:
+            message = (
+                f"step {step.id}: reasoning step skipped: no model to reason with "
+                f"(its expected output is a description, not a result)"
+            )
+            await self.bus.emit(self._warn(step.id, "REASONING_SKIPPED", message))
+            return self._result(ctx, StepStatus.SKIPPED, None, None, note=message)
+        inputs = {
+            d: results[d]
+            for d in _deps(step)
+            if d in results and results[d].status is StepStatus.SUCCEEDED
+        }
+        ctx.phase = "reasoning"
+        ctx.llm_calls += 1
+        try:
+            answer = await self.reasoner.reason(step, inputs)
+        except CircuitOpenError as exc:
+            raise _StepFailed(
+                StepStatus.FAILED, ErrorKind.CIRCUIT_OPEN, f"step {step.id}: reasoning: {exc}"
+            ) from exc
+        except ModelError as exc:
+            raise _StepFailed(
+                StepStatus.FAILED, ErrorKind.MODEL_ERROR, f"step {step.id}: reasoning: {exc}"
+            ) from exc
+        if _is_empty(answer):
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.EMPTY_OUTPUT,
+                f"step {step.id}: the reasoning model gave an empty answer",
+            )
+        return self._result(ctx, StepStatus.SUCCEEDED, None, None, output=answer, raw_output=answer)
+
+    def _retryable(self, spec: ToolSpec) -> bool:
+        if spec.hints.destructive:
+            return False
+        return spec.hints.safe or self.config.retry_unsafe
+
+    async def _call(self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any]) -> StepResult:
+        step = ctx.step
+        ctx.args = args
+        breaker = self.breakers.tool(spec.server)
+        timeout = self.config.timeout_for(spec)
+        policy = self.config.tool_retry if self._retryable(spec) else RetryPolicy.none()
+        empties = 0
+
+        def shown() -> str:
+            return _short(args)
+
+
+        async def attempt() -> tuple[Any, Any]:
+            nonlocal empties
+            try:
+                breaker.before_call()
+            except CircuitOpenError as exc:
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.CIRCUIT_OPEN,
+                    f"step {step.id}: tool {spec.name!r} not called: {exc}",
+                    args=None,
+                ) from exc
+            ctx.attempts += 1
+            self.usage.tool_calls += 1
+            await self.bus.emit(
+                ToolCallStarted(
+                    run_id=self.run_id,
+                    step_id=step.id,
+                    tool=spec.name,
+                    args=args,
+                    attempt=ctx.attempts,
+                    plan_version=self._plan_version,
+                )
+            )
+            try:
+                raw = await asyncio.wait_for(self.runner.call(spec, args), timeout)
+            except asyncio.CancelledError:
+                breaker.release()
+                raise
+            except TimeoutError as exc:
+                breaker.record_failure()
+                raise _AttemptFailed(
+                    ErrorKind.TOOL_TIMEOUT,
+                    f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
+                    f"(args {shown()})",
+                ) from exc
+            except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
+                breaker.record_failure()
+                raise _AttemptFailed(
+                    ErrorKind.TOOL_ERROR,
+                    f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
+                    f"{_cut(str(exc), 500)} (args {shown()})",
+                ) from exc
+            breaker.record_success()
+            output, raw_out = normalize_output(raw)
+            payload = _error_flag(raw) or error_payload(output, self.config.error_payload_keys)
+            if payload is not None:
+                raise _AttemptFailed(
+                    ErrorKind.TOOL_ERROR,
+                    f"step {step.id}: tool {spec.name!r} returned an error: "
+                    f"{_cut(payload, 500)} (args {shown()})",
+                    output,
+                    raw_out,
+                    retry=self.config.retry_error_payloads,
+                )
+            if _is_empty(output):
+                empties += 1
+                raise _AttemptFailed(
+                    ErrorKind.EMPTY_OUTPUT,
+                    f"step {step.id}: tool {spec.name!r} returned an empty output "
+                    f"({output!r}) (args {shown()})",
+                    output,
+                    raw_out,
+                )
+            return output, raw_out
+
+        def retry_if(exc: BaseException) -> bool:
+            if not isinstance(exc, _AttemptFailed) or not exc.retry:
+                return False
+            if exc.kind is ErrorKind.EMPTY_OUTPUT:
+                if self.config.empty_output == "warn":
+                    return False
+                return empties < self.config.empty_output_attempts
+            return True
+
+        async def on_retry(n: int, exc: BaseException, delay: float) -> None:
+            message = (
+                f"step {step.id}: retrying safe tool {spec.name!r} after attempt {n} of "
+                f"{policy.attempts} failed ({exc}); next attempt in {delay:.2f}s"
+            )
+            await self.bus.emit(self._warn(step.id, "TOOL_RETRY", message))
+
+        try:
+            output, raw_out = await retry_async(attempt, policy, retry_if, on_retry=on_retry)
+        except _AttemptFailed as failed:
+            if failed.kind is ErrorKind.EMPTY_OUTPUT and self.config.empty_output == "warn":
+                note = f"{failed.message}; accepted (empty_output='warn')"
+                await self.bus.emit(self._warn(step.id, "EMPTY_OUTPUT_ACCEPTED", note))
+                return self._result(
+                    ctx,
+                    StepStatus.SUCCEEDED,
+                    None,
+                    None,
+                    output=failed.output,
+                    raw_output=failed.raw,
+                    note=note,
+                )
+            tries = f" after {ctx.attempts} attempts" if ctx.attempts > 1 else ""
+            not_retried = ""
+            if ctx.attempts == 1 and not self._retryable(spec):
+                not_retried = " (not retried: the tool is not marked read-only or idempotent)"
+                if spec.hints.destructive:
+                    not_retried = " (not retried: the tool is destructive)"
+            raise _StepFailed(
+                StepStatus.FAILED,
+                failed.kind,
+                f"{failed.message}{tries}{not_retried}",
+                output=failed.output,
+                raw_output=failed.raw,
+            ) from failed
+        return self._result(
+            ctx, StepStatus.SUCCEEDED, None, None, output=output, raw_output=raw_out
+        )
+
+
+def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:
+    queue.put_nowait(sid)
+
+
+def _deps(step: Step) -> set[int]:
+    deps = set(step.depends_on) | set(step.explicit_deps) | {r.step for r in step.refs}
+    return deps
+
+
+def _named(step_id: int, message: str) -> str:
+    prefix = f"step {step_id}"
+    return message if message.lower().startswith(prefix) else f"{prefix}: {message}"
+
+
+def _join_note(note: str | None, extra: str) -> str:
+    return f"{note}; {extra}" if note else extra
+
+
+def _error_flag(raw: Any) -> str | None:
+    """The message of an MCP-style result object whose ``isError`` is true."""
+    for attr in ("isError", "is_error"):
+        if getattr(raw, attr, None) is True:
+            content = getattr(raw, "content", None)
+            return _as_text(content) if content else f"the tool reported {attr}=true"
+    return None

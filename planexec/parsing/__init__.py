@@ -1,0 +1,126 @@
+"""Plan text → `planexec.plan.Plan`: three dialects, tolerant JSON, references, checks.
+
+`parse_plan` is the entry point: it detects the dialect (or takes the one given),
+parses, runs the structural `check_plan` pass (no catalog) and returns a `Plan` whose
+diagnostics report every deviation. Whatever the text, it raises nothing but
+`PlanParseError` (whose message says what was found instead of a plan).
+"""
+
+from __future__ import annotations
+
+import re
+
+from planexec._log import logger
+from planexec.errors import PlanParseError
+from planexec.parsing.checks import CatalogLike, check_plan
+from planexec.parsing.hashstep import DRAFT_POLICIES, parse_hashstep
+from planexec.parsing.jsonrepair import RepairResult, repair_json
+from planexec.parsing.llmcompiler import parse_llmcompiler
+from planexec.parsing.refs import contains_placeholder, find_refs, parse_ref
+from planexec.parsing.rewoo import parse_rewoo
+from planexec.plan import Plan
+
+__all__ = [
+    "DIALECTS",
+    "DRAFT_POLICIES",
+    "CatalogLike",
+    "RepairResult",
+    "check_plan",
+    "contains_placeholder",
+    "detect_dialect",
+    "find_refs",
+    "parse_hashstep",
+    "parse_llmcompiler",
+    "parse_plan",
+    "parse_ref",
+    "parse_rewoo",
+    "repair_json",
+]
+
+DIALECTS = ("hashstep", "rewoo", "llmcompiler")
+"""The plan dialects `parse_plan` reads."""
+
+_HASHSTEP_RE = re.compile(
+    r"^[\s>*+\-\u2022#]*(?:\*\*|__)?\s*#\s?(?:task|step|tool|args|agent|dependency)"
+    r"\s*(?:<[^<>:\n]{0,8}>|\d{1,9})?\s*(?:\*\*|__)?\s*:",
+    re.IGNORECASE | re.MULTILINE,
+)
+_REWOO_RE = re.compile(r"#E\d+\s*=\s*[A-Za-z_][\w.\-]*\s*\[", re.MULTILINE)
+_REWOO_LOOSE_RE = re.compile(r"^\W*Plan\s*\d*\s*:.*$|#E\d+", re.IGNORECASE | re.MULTILINE)
+_LLMC_RE = re.compile(
+    r"^\s*\d{1,6}\s*\.\s*[A-Za-z_][\w.]*\s*\(.*\)\s*(?:<END_OF_PLAN>)?\s*$", re.MULTILINE
+)
+
+
+def detect_dialect(text: str) -> str:
+    """Guess the dialect of a plan text.
+
+    The dialect with the most lines of its own shape wins: hashstep field lines
+    (``#Task1:``), rewoo assignments (``#E1 = Tool[``), llmcompiler calls
+    (``1. tool(...)``). With none of those, a text with both ``Plan:`` labels and
+    ``#EN`` is rewoo; anything else is hashstep (whose parser then says what the text
+    holds instead of a plan).
+
+    Args:
+        text: The planner's reply.
+
+    Returns:
+        ``"hashstep"``, ``"rewoo"`` or ``"llmcompiler"``.
+    """
+    scores = {
+        "hashstep": len(_HASHSTEP_RE.findall(text)),
+        "rewoo": len(_REWOO_RE.findall(text)) * 3,
+        "llmcompiler": len(_LLMC_RE.findall(text)) * 3,
+    }
+    best = max(scores, key=lambda k: scores[k])
+    if scores[best] > 0:
+        return best
+    loose = _REWOO_LOOSE_RE.findall(text)
+    if any(s.startswith("#E") for s in loose) and any(not s.startswith("#E") for s in loose):
+        return "rewoo"
+    return "hashstep"
+
+
+def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_complete") -> Plan:
+    """Parse a planner's reply into a checked `Plan`.
+
+    Args:
+        text: The reply, exactly as received.
+        dialect: ``"auto"`` (detect with `detect_dialect`), ``"hashstep"``,
+            ``"rewoo"`` or ``"llmcompiler"``.
+        draft_policy: For hashstep replies holding several drafts: ``"last_complete"``
+            (default), ``"first"`` or ``"last"``.
+
+    Returns:
+        The plan, with the parser's diagnostics and those of the structural checks
+        (`check_plan` without a catalog).
+
+    Raises:
+        PlanParseError: no usable plan; the message says what the text holds instead.
+            A bug inside a dialect parser is also reported as a `PlanParseError` (and
+            logged with its traceback), never as another exception.
+        ValueError: ``dialect`` or ``draft_policy`` is not a known name.
+    """
+    if dialect != "auto" and dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected 'auto' or one of {DIALECTS}")
+    if draft_policy not in DRAFT_POLICIES:
+        raise ValueError(f"unknown draft policy {draft_policy!r}; expected one of {DRAFT_POLICIES}")
+    if not isinstance(text, str):
+        raise PlanParseError(f"expected plan text, got {type(text).__name__}")
+    chosen = detect_dialect(text) if dialect == "auto" else dialect
+    try:
+        if chosen == "rewoo":
+            plan = parse_rewoo(text)
+        elif chosen == "llmcompiler":
+            plan = parse_llmcompiler(text)
+        else:
+            plan = parse_hashstep(text, draft_policy=draft_policy)
+        return check_plan(plan)
+    except PlanParseError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the API boundary promises PlanParseError
+        logger.opt(exception=exc).error("the {} parser failed unexpectedly", chosen)
+        raise PlanParseError(
+            f"the {chosen} parser failed unexpectedly ({type(exc).__name__}: {exc}); "
+            "this is a bug in planexec"
+        ) from exc

@@ -1,0 +1,108 @@
+"""Helpers shared by the rewoo and llmcompiler parsers: diagnostics and tool names."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from planexec._log import step_log
+from planexec.plan import Diagnostic, Ref, Severity, iter_refs
+
+__all__ = ["Diagnostics", "describe_text", "normalize_tool", "snippet"]
+
+_TOOL_CALL_RE = re.compile(r"^([^()\s]+)\s*\((.*)\)$", re.S)
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
+_NONE_WORDS = {"", "none", "null", "nil", "n/a"}
+
+
+def snippet(text: str, width: int = 60) -> str:
+    """Shorten ``text`` to one line of at most ``width`` characters."""
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+class Diagnostics:
+    """Collects diagnostics; logs every warning and error through loguru (info is not logged)."""
+
+    def __init__(self) -> None:
+        self.items: list[Diagnostic] = []
+        """The diagnostics in the order they were added."""
+
+    def add(
+        self,
+        line: int | None,
+        severity: Severity,
+        code: str,
+        message: str,
+        step: int | None = None,
+    ) -> Diagnostic:
+        """Record one diagnostic (and log it when it is a warning or an error)."""
+        d = Diagnostic(line=line, severity=severity, code=code, message=message, step=step)
+        self.items.append(d)
+        if severity is not Severity.INFO:
+            step_log(None, step).warning(str(d))
+        return d
+
+    def hinted_refs(self, value: Any, *, line: int | None, step: int) -> None:
+        """Add a ``REF_HINTED`` warning for each hinted reference in ``value``."""
+        for ref in iter_refs(value):
+            if isinstance(ref, Ref) and ref.is_hinted:
+                self.add(
+                    line,
+                    Severity.WARNING,
+                    "REF_HINTED",
+                    f"{ref.location or 'the input'} of step {step} refers to step {ref.step} "
+                    f"as {ref.raw!r}, which the reference grammar cannot follow; only the "
+                    "LLM fallback can resolve it",
+                    step,
+                )
+
+    def sorted(self) -> tuple[Diagnostic, ...]:
+        """The diagnostics in line order (stable)."""
+        return tuple(sorted(self.items, key=lambda d: d.line if d.line is not None else 0))
+
+
+def normalize_tool(
+    raw: str, *, line: int, step: int, diags: Diagnostics
+) -> tuple[str | None, str | None]:
+    """Normalize a tool name as written: ``sites()`` → ``sites``; ``iot.sites`` → server.
+
+    Args:
+        raw: the tool name as written.
+        line: the line it is on.
+        step: the step it belongs to.
+        diags: where to record what was changed (``TOOL_NAME_NORMALIZED``,
+            ``TOOL_NAME_UNUSUAL``).
+
+    Returns:
+        ``(server, tool)``; ``tool`` is None for ``none``/``null``/empty.
+    """
+    name = raw.strip().strip("`*\"' ").strip()
+    if name.lower() in _NONE_WORDS:
+        return None, None
+    m = _TOOL_CALL_RE.match(name)
+    if m is not None:
+        diags.add(line, Severity.INFO, "TOOL_NAME_NORMALIZED",
+                  f"read the tool {name!r} as {m.group(1)!r}", step)
+        name = m.group(1)
+    server: str | None = None
+    if "." in name and not name.startswith(".") and not name.endswith("."):
+        server, tool = name.rsplit(".", 1)
+        diags.add(line, Severity.INFO, "TOOL_NAME_NORMALIZED",
+                  f"read the tool {name!r} as server {server!r}, tool {tool!r}", step)
+        name = tool
+    if not _TOOL_NAME_RE.match(name):
+        diags.add(line, Severity.WARNING, "TOOL_NAME_UNUSUAL",
+                  f"the tool name {name!r} of step {step} does not look like an identifier",
+                  step)
+    return server, name
+
+
+def describe_text(text: str) -> str:
+    """Say in a few words what a text holds instead of a plan (for `PlanParseError`)."""
+    stripped = text.strip()
+    if not stripped:
+        return "an empty reply"
+    lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    first = snippet(lines[0], 70)
+    return f"{len(lines)} line(s) of text starting with {first!r}"

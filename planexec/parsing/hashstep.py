@@ -1,0 +1,885 @@
+r"""The hashstep dialect: ``#TaskN:`` / ``#AgentN:`` / ``#ToolN:`` / ``#ArgsN:`` blocks.
+
+This is the primary plan dialect, read the way real models write it rather than the
+way prompts ask for it. The grammar, the draft policy and every diagnostic code are in
+``docs/plan-language.md``; in short:
+
+- A *block* starts at a ``#TaskN:`` (or ``#StepN:``) line and holds the field lines
+  that follow it (``#Agent``/``#Server``, ``#Tool``, ``#Args``, ``#Dependency``,
+  ``#ExpectedOutput``), whatever their number says: a field whose number disagrees
+  with its block is attached to the enclosing block, with a ``FIELD_NUMBER_MISMATCH``
+  warning.
+- Keys are case-insensitive; the number may be written ``<1>``; markdown bullets,
+  headers, bold and blockquotes around field lines are ignored; code fences, special
+  tokens (``<|eom_id|>``), ``$\boxed{...}$`` wrappers and leaked reasoning before
+  ``assistantfinal`` / ``</think>`` are removed, each with a diagnostic.
+- A field value continues on the following lines until a blank line, a separator
+  (``---``), a fence or the next field line (``#Args`` only while its brackets are
+  open).
+- Several drafts of a plan in one reply (task numbers restart) are split, and one is
+  chosen by the draft policy (default ``last_complete``), with a ``DRAFTS_FOUND``
+  diagnostic.
+- When a field appears twice in one block, the **first** non-empty value wins
+  (models repeat or comment on a field after writing it: ``#Agent2: is the same as
+  #Agent1``), with a ``DUPLICATE_FIELD`` warning.
+- ``#Args`` goes through `repair_json`; each repair is an ``ARGS_REPAIRED`` warning,
+  unreadable or truncated JSON is an error and ``args_valid=False`` (never a silent
+  ``{}``). A JSON value that is not an object (e.g. the bare string ``"{step_1}"``)
+  becomes the step's single *positional* argument, with an ``ARGS_POSITIONAL``
+  warning; the resolver binds it to the tool's first parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from planexec._log import step_log
+from planexec.errors import PlanParseError
+from planexec.parsing.jsonrepair import repair_json
+from planexec.parsing.refs import contains_placeholder, find_refs
+from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
+
+__all__ = ["DRAFT_POLICIES", "parse_hashstep"]
+
+DRAFT_POLICIES = ("last_complete", "first", "last")
+"""Ways to choose among several drafts of a plan in one reply."""
+
+_KEYS = {
+    "task": "task",
+    "step": "task",
+    "agent": "server",
+    "server": "server",
+    "tool": "tool",
+    "args": "args",
+    "arguments": "args",
+    "params": "args",
+    "parameters": "args",
+    "dependency": "deps",
+    "dependencies": "deps",
+    "deps": "deps",
+    "expectedoutput": "expected",
+    "expected_output": "expected",
+    "expected output": "expected",
+}
+_FIELD_ORDER = ("task", "server", "tool", "args", "deps", "expected")
+_FIELD_LABEL = {
+    "task": "#Task",
+    "server": "#Agent",
+    "tool": "#Tool",
+    "args": "#Args",
+    "deps": "#Dependency",
+    "expected": "#ExpectedOutput",
+}
+
+_FIELD_RE = re.compile(
+    r"""^\s*(?:>\s*)*                       # blockquote
+        (?:(?:[-*+\u2022]|\d{1,3}[.)])\s+)?  # bullet or numbered item
+        (?:\#{1,6}\s+)?                      # markdown header
+        (?:\*\*|__|`)?\s*                    # bold / code opening
+        \#\s?(?P<key>task|step|agent|server|tool|arguments|args|parameters|params
+              |dependency|dependencies|deps|expected[ _]?output)
+        \s*(?:<\s*(?P<anum>[^<>:\n]{0,8}?)\s*>|(?P<num>\d{1,9}))?
+        (?P<junk>(?<=[\d>])[^:\n]{0,40}?)?
+        \s*(?:\*\*|__|`)?\s*:
+        (?:\s*(?:\*\*|__)(?!\S*\*\*))?      # bold closing after the colon
+        (?P<value>.*)$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_SPECIAL_TOKEN_RE = re.compile(r"<\|[A-Za-z0-9_]{1,40}\|>")
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+_SEPARATOR_RE = re.compile(r"^\s*(?:-{3,}|\*{3,}|_{3,}|={3,})\s*$")
+_HEADING_RE = re.compile(r"^\s*(?:#{1,6}\s+\S|\*\*[^*].*\*\*:?\s*$|__[^_].*__:?\s*$)")
+_BOXED_OPEN_RE = re.compile(r"\$?\\boxed\{")
+_BOXED_CLOSE_RE = re.compile(r"\}\s*\$\s*$")
+_REASONING_MARKERS = ("<|channel|>final<|message|>", "assistantfinal", "</think>")
+_NONE_WORDS = {"", "none", "null", "nil", "n/a", "na", "-", "no", "nothing", "(none)", "[]"}
+_DEP_TOKEN_RE = re.compile(r"^#?\s*(?:s|step|task|e|step_)?\s*<?(\d{1,9})>?\.?$", re.IGNORECASE)
+_TOOL_CALL_RE = re.compile(r"^([A-Za-z_][\w.\-]*)\s*\((.*)\)$", re.DOTALL)
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
+_SNIPPET = 60
+_ALWAYS_KEPT = {"REASONING_DROPPED", "DRAFTS_FOUND", "SPECIAL_TOKEN", "BOXED_ANSWER", "CODE_FENCE"}
+
+
+@dataclass
+class _Field:
+    kind: str
+    key: str
+    num: int | None
+    raw_num: str | None
+    junk: str
+    line: int
+    end_line: int
+    values: list[str]
+
+    @property
+    def label(self) -> str:
+        num = self.raw_num if self.raw_num is not None else ""
+        return f"#{self.key}{num}"
+
+    @property
+    def value(self) -> str:
+        return "\n".join(self.values).strip()
+
+
+@dataclass
+class _Block:
+    id: int | None
+    opening: _Field
+    fields: list[_Field] = field(default_factory=list)
+    truncated: bool = False
+    draft: list[_Block] = field(default_factory=list)
+
+    def siblings_have(self, kinds: Iterable[str]) -> bool:
+        """Whether every other block of this block's draft has all these fields."""
+        others = [b for b in self.draft if b is not self]
+        return bool(others) and all(
+            all(any(f.kind == k for f in b.fields) for k in kinds) for b in others
+        )
+
+    @property
+    def first_line(self) -> int:
+        return self.opening.line
+
+    @property
+    def last_line(self) -> int:
+        return max(f.end_line for f in self.fields)
+
+
+@dataclass
+class _State:
+    diags: list[Diagnostic] = field(default_factory=list)
+
+    def add(
+        self,
+        line: int | None,
+        severity: Severity,
+        code: str,
+        message: str,
+        step: int | None = None,
+    ) -> None:
+        self.diags.append(Diagnostic(line, severity, code, message, step))
+
+
+def _snippet(text: str, n: int = _SNIPPET) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
+
+
+def _open_brackets(text: str) -> bool:
+    """Whether ``text`` ends inside a double-quoted string or with brackets open."""
+    depth = 0
+    in_str = False
+    escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+    return in_str or depth > 0
+
+
+# ---------------------------------------------------------------------------
+# Preprocessing: text -> logical lines (line number, text)
+# ---------------------------------------------------------------------------
+
+
+def _logical_lines(text: str, st: _State) -> list[tuple[int, str]]:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    raw = text.split("\n")
+    start_line = 0
+    start_col = 0
+    for marker in _REASONING_MARKERS:
+        idx = text.rfind(marker)
+        if idx < 0:
+            continue
+        line_idx = text.count("\n", 0, idx)
+        col = idx - (text.rfind("\n", 0, idx) + 1) + len(marker)
+        if (line_idx, col) > (start_line, start_col):
+            start_line, start_col = line_idx, col
+            st.add(
+                1,
+                Severity.INFO,
+                "REASONING_DROPPED",
+                f"dropped {line_idx + 1} line(s) of leaked reasoning before {marker!r} "
+                f"(line {line_idx + 1}); only the text after it is read",
+            )
+    out: list[tuple[int, str]] = []
+    boxed = False
+    tokens_seen: dict[str, int] = {}
+    for i in range(start_line, len(raw)):
+        line = raw[i][start_col:] if i == start_line else raw[i]
+        lineno = i + 1
+        if "<|" in line:
+            for tok in _SPECIAL_TOKEN_RE.findall(line):
+                tokens_seen.setdefault(tok, lineno)
+            line = _SPECIAL_TOKEN_RE.sub("", line)
+        m = _BOXED_OPEN_RE.search(line)
+        if m:
+            boxed = True
+            st.add(
+                lineno,
+                Severity.INFO,
+                "BOXED_ANSWER",
+                "read the plan inside a $\\boxed{...}$ wrapper",
+            )
+            before, line = line[: m.start()], line[m.end() :]
+            if before.strip():
+                out.append((lineno, before))
+        if boxed and _BOXED_CLOSE_RE.search(line):
+            line = _BOXED_CLOSE_RE.sub("", line)
+            boxed = False
+        out.append((lineno, line))
+    for tok, lineno in tokens_seen.items():
+        st.add(lineno, Severity.INFO, "SPECIAL_TOKEN", f"removed the special token {tok}")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Scanning: logical lines -> blocks
+# ---------------------------------------------------------------------------
+
+
+def _match_field(text: str) -> _Field | None:
+    m = _FIELD_RE.match(text)
+    if m is None:
+        return None
+    key = m.group("key")
+    kind = _KEYS[key.lower().replace("  ", " ")]
+    raw_num: str | None = None
+    num: int | None = None
+    if m.group("num") is not None:
+        raw_num = m.group("num")
+        num = int(raw_num)
+    elif m.group("anum") is not None:
+        raw_num = f"<{m.group('anum')}>"
+        anum = m.group("anum").strip()
+        num = int(anum) if anum.isdigit() else None
+    value = m.group("value").rstrip()
+    if value.endswith("**") and text.lstrip().startswith(("**", "* **", "- **")):
+        value = value[:-2].rstrip()
+    return _Field(kind, key, num, raw_num, (m.group("junk") or "").strip(), 0, 0, [value])
+
+
+def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
+    """Group field lines into blocks; report prose, fences and orphan fields.
+
+    Returns the blocks and the last line that holds anything but blanks and fences.
+    """
+    blocks: list[_Block] = []
+    current: _Block | None = None
+    open_field: _Field | None = None
+    prose: list[tuple[int, str]] = []
+    fences: list[int] = []
+    multiline: list[_Field] = []
+    last_content = 0
+
+    def flush_prose() -> None:
+        if prose:
+            first, text = prose[0]
+            st.add(
+                first,
+                Severity.INFO,
+                "PROSE_IGNORED",
+                f"ignored {len(prose)} line(s) of text outside the plan fields "
+                f"(lines {first}-{prose[-1][0]}): {_snippet(text)!r}",
+            )
+            prose.clear()
+
+    for lineno, text in lines:
+        if _FENCE_RE.match(text):
+            fences.append(lineno)
+            open_field = None
+            continue
+        if not text.strip():
+            open_field = None
+            continue
+        last_content = lineno
+        if _SEPARATOR_RE.match(text):
+            open_field = None
+            continue
+        fld = _match_field(text)
+        if fld is not None:
+            flush_prose()
+            fld.line = fld.end_line = lineno
+            if fld.junk:
+                st.add(
+                    lineno,
+                    Severity.WARNING,
+                    "FIELD_KEY_MANGLED",
+                    f"the field key {text.strip().split(':', 1)[0]!r} has extra text "
+                    f"{fld.junk!r}; read it as {_FIELD_LABEL[fld.kind]}",
+                )
+            if fld.kind == "task":
+                if (
+                    current is not None
+                    and fld.key.lower() != current.opening.key.lower()
+                    and fld.num == current.id
+                    and not any(f.kind == "task" for f in current.fields[1:])
+                ):
+                    # "#Step1: title" followed by "#Task1: text": one block.
+                    current.fields.append(fld)
+                else:
+                    current = _Block(fld.num, fld, [fld])
+                    blocks.append(current)
+            elif current is None:
+                st.add(
+                    lineno,
+                    Severity.WARNING,
+                    "FIELD_OUTSIDE_STEP",
+                    f"{fld.label} comes before any #Task/#Step line; ignored",
+                )
+                fld = None
+            else:
+                current.fields.append(fld)
+            open_field = fld
+            continue
+        if open_field is not None and (
+            _open_brackets(open_field.value)
+            if open_field.kind == "args"
+            else not _HEADING_RE.match(text)
+        ):
+            if len(open_field.values) == 1:
+                multiline.append(open_field)
+            open_field.values.append(text.rstrip())
+            open_field.end_line = lineno
+            continue
+        open_field = None
+        prose.append((lineno, text))
+    flush_prose()
+    if fences:
+        st.add(
+            fences[0],
+            Severity.INFO,
+            "CODE_FENCE",
+            f"ignored code fence marker(s) on line(s) {', '.join(map(str, fences[:10]))}",
+        )
+    for fld in multiline:
+        st.add(
+            fld.line,
+            Severity.INFO,
+            "MULTILINE_VALUE",
+            f"{fld.label} continues on lines {fld.line + 1}-{fld.end_line}; "
+            "read them as one value",
+        )
+    return blocks, last_content
+
+
+# ---------------------------------------------------------------------------
+# Drafts
+# ---------------------------------------------------------------------------
+
+
+def _split_drafts(blocks: list[_Block], st: _State) -> list[list[_Block]]:
+    drafts: list[list[_Block]] = []
+    for block in blocks:
+        draft = drafts[-1] if drafts else None
+        if block.id is None:
+            prev = draft[-1].id if draft else 0
+            block.id = (prev or 0) + 1
+            st.add(
+                block.first_line,
+                Severity.WARNING,
+                "STEP_NUMBER_MISSING",
+                f"{block.opening.label}: has no step number; numbered it {block.id}",
+                block.id,
+            )
+            if draft is None:
+                drafts.append([block])
+            else:
+                draft.append(block)
+            continue
+        first = draft[0].id if draft else None
+        if draft is None or first is None or block.id <= first:
+            drafts.append([block])
+        else:
+            draft.append(block)
+    return drafts
+
+
+def _mark_truncation(
+    drafts: list[list[_Block]], last_content: int, st: _State
+) -> None:
+    """Mark the last block truncated when the reply ends inside it."""
+    if not drafts:
+        return
+    draft = drafts[-1]
+    block = draft[-1]
+    if block.last_line < last_content:
+        return  # the reply went on after the block: not cut off
+    last = max(block.fields, key=lambda f: (f.end_line, f.line))
+    if not last.value:
+        block.truncated = True
+        return
+    if _open_brackets(last.value):
+        block.truncated = True
+        return
+    present = {f.kind for f in block.fields}
+    siblings = [b for b in draft[:-1]]
+    if not siblings:
+        return
+    common = set.intersection(*({f.kind for f in b.fields} for b in siblings))
+    after = _FIELD_ORDER[_FIELD_ORDER.index(last.kind) + 1 :]
+    if any(k in common and k not in present for k in after):
+        block.truncated = True
+
+
+def _choose_draft(
+    drafts: list[list[_Block]], policy: str, st: _State
+) -> list[_Block]:
+    if len(drafts) == 1:
+        return drafts[0]
+
+    def span(d: list[_Block]) -> str:
+        return f"lines {d[0].first_line}-{d[-1].last_line}"
+
+    complete = [i for i, d in enumerate(drafts) if not any(b.truncated for b in d)]
+    if policy == "first":
+        idx, why = 0, "the first one (policy 'first')"
+    elif policy == "last":
+        idx, why = len(drafts) - 1, "the last one (policy 'last')"
+    elif complete:
+        idx, why = complete[-1], "the last complete one (policy 'last_complete')"
+    else:
+        idx, why = len(drafts) - 1, "the last one, as none is complete (policy 'last_complete')"
+    spans = ", ".join(f"{n + 1}: {span(d)}" for n, d in enumerate(drafts))
+    st.add(
+        drafts[idx][0].first_line,
+        Severity.INFO,
+        "DRAFTS_FOUND",
+        f"found {len(drafts)} drafts of the plan ({spans}); using draft {idx + 1}, {why}",
+    )
+    return drafts[idx]
+
+
+# ---------------------------------------------------------------------------
+# Building steps
+# ---------------------------------------------------------------------------
+
+
+def _pick_fields(block: _Block, sid: int, st: _State) -> dict[str, _Field]:
+    chosen: dict[str, _Field] = {}
+    mismatched: list[_Field] = []
+    for fld in block.fields:
+        if fld is not block.opening and fld.num is not None and fld.num != sid:
+            mismatched.append(fld)
+        elif fld is not block.opening and fld.num is None and fld.raw_num is not None:
+            mismatched.append(fld)
+        kind = fld.kind
+        if kind == "task" and fld is block.opening and len(
+            [f for f in block.fields if f.kind == "task"]
+        ) > 1:
+            continue  # a "#Step1: title" line followed by "#Task1: text"
+        prev = chosen.get(kind)
+        if prev is None or (not prev.value and fld.value):
+            if prev is not None:
+                st.add(
+                    fld.line,
+                    Severity.WARNING,
+                    "DUPLICATE_FIELD",
+                    f"{_FIELD_LABEL[kind]} appears again on line {fld.line} after an empty "
+                    f"one on line {prev.line}; kept the non-empty value",
+                    sid,
+                )
+            chosen[kind] = fld
+            continue
+        same = prev.value == fld.value
+        st.add(
+            fld.line,
+            Severity.WARNING,
+            "DUPLICATE_FIELD",
+            f"{_FIELD_LABEL[kind]} of step {sid} appears again on line {fld.line}"
+            + (
+                " with the same value; ignored the repeat"
+                if same
+                else f"; kept the first value {_snippet(prev.value, 40)!r} (line {prev.line}),"
+                f" ignored {_snippet(fld.value, 40)!r}"
+            ),
+            sid,
+        )
+    if mismatched:
+        labels = ", ".join(f"{f.label} (line {f.line})" for f in mismatched)
+        st.add(
+            mismatched[0].line,
+            Severity.WARNING,
+            "FIELD_NUMBER_MISMATCH",
+            f"field number(s) disagree with their step: {labels}; attached to step {sid}, "
+            f"the enclosing {block.opening.label} block",
+            sid,
+        )
+    return chosen
+
+
+def _normalize_tool(
+    value: str, server: str | None, line: int, sid: int, st: _State
+) -> tuple[str | None, str | None]:
+    raw = value.strip().strip("`*\"' ").strip()
+    if raw.lower() in _NONE_WORDS:
+        if not raw:
+            st.add(
+                line,
+                Severity.WARNING,
+                "TOOL_EMPTY",
+                f"#Tool of step {sid} is empty; read as a reasoning step (no tool)",
+                sid,
+            )
+        return None, server
+    name = raw
+    m = _TOOL_CALL_RE.match(raw)
+    if m:
+        name = m.group(1)
+        inside = m.group(2).strip()
+        extra = f"; ignored {inside!r} written inside the parentheses" if inside else ""
+        st.add(
+            line,
+            Severity.WARNING if inside else Severity.INFO,
+            "TOOL_NAME_NORMALIZED",
+            f"read the tool {raw!r} as {name!r}{extra}",
+            sid,
+        )
+    if "." in name and not name.startswith(".") and not name.endswith("."):
+        prefix, tool = name.rsplit(".", 1)
+        if server is None:
+            note = f"server {prefix!r}, tool {tool!r}"
+            server = prefix
+        else:
+            note = f"tool {tool!r} (kept the server {server!r} from #Agent/#Server)"
+        st.add(
+            line,
+            Severity.INFO,
+            "TOOL_NAME_NORMALIZED",
+            f"read the tool {name!r} as {note}",
+            sid,
+        )
+        name = tool
+    if not _TOOL_NAME_RE.match(name):
+        st.add(
+            line,
+            Severity.WARNING,
+            "TOOL_NAME_UNUSUAL",
+            f"the tool name {name!r} of step {sid} does not look like an identifier",
+            sid,
+        )
+    return name, server
+
+
+def _parse_deps(value: str, line: int, sid: int, st: _State) -> tuple[int, ...]:
+    cleaned = value.replace("*", " ").replace("`", " ").strip()
+    if cleaned.lower().rstrip(".") in _NONE_WORDS:
+        return ()
+    deps: set[int] = set()
+    bad: list[str] = []
+    for tok in re.split(r"[,;\s]+", cleaned):
+        if not tok or tok.lower() in {"and", "&", "+"}:
+            continue
+        m = _DEP_TOKEN_RE.match(tok)
+        if m:
+            deps.add(int(m.group(1)))
+        else:
+            bad.append(tok)
+    if bad:
+        st.add(
+            line,
+            Severity.WARNING,
+            "DEPENDENCY_UNREADABLE",
+            f"#Dependency of step {sid} has words that name no step: "
+            f"{_snippet(' '.join(bad), 50)!r}; read only {sorted(deps) or 'none'}",
+            sid,
+        )
+    return tuple(sorted(deps))
+
+
+def _walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, Ref):
+        return
+    if isinstance(value, Template):
+        for part in value.parts:
+            if isinstance(part, str):
+                yield path, part
+    elif isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk_strings(v, f"{path}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _walk_strings(v, f"{path}[{i}]")
+
+
+def _parse_args(
+    fld: _Field | None,
+    *,
+    tool: str | None,
+    truncated: bool,
+    sid: int,
+    st: _State,
+) -> tuple[dict[str, Any], tuple[Any, ...], bool, str | None]:
+    """Return (args, positional, args_valid, args_text) for one step."""
+    if fld is None:
+        return {}, (), True, None
+    text = fld.value
+    line = fld.line
+    stripped = text.strip().strip("`").strip()
+    if stripped.lower() in {"", "none", "null", "nil", "n/a", "no arguments"}:
+        if not stripped and truncated:
+            st.add(
+                line,
+                Severity.ERROR,
+                "ARGS_TRUNCATED",
+                f"#Args of step {sid} is cut off (the reply ends there); "
+                "the step must not run as written",
+                sid,
+            )
+            return {}, (), False, text
+        st.add(
+            line,
+            Severity.WARNING,
+            "ARGS_NONE",
+            f"#Args of step {sid} is {stripped or 'empty'!r}, not a JSON object; "
+            "read as no arguments ({})",
+            sid,
+        )
+        return {}, (), True, text
+    result = repair_json(text)
+    if result.error is not None:
+        code = "ARGS_TRUNCATED" if (result.truncated or truncated) else "ARGS_SYNTAX"
+        what = "is cut off" if code == "ARGS_TRUNCATED" else "is not readable JSON"
+        st.add(
+            line,
+            Severity.ERROR,
+            code,
+            f"#Args of step {sid} {what}: {result.error} (in {_snippet(text, 50)!r}); "
+            "the step must not run as written",
+            sid,
+        )
+        return {}, (), False, text
+    for repair in result.repairs:
+        st.add(
+            line,
+            Severity.WARNING,
+            "ARGS_REPAIRED",
+            f"#Args of step {sid}: repaired {repair}",
+            sid,
+        )
+    value = result.value
+    args: dict[str, Any] = {}
+    positional: tuple[Any, ...] = ()
+    if value is None:
+        st.add(
+            line,
+            Severity.WARNING,
+            "ARGS_NONE",
+            f"#Args of step {sid} is null; read as no arguments ({{}})",
+            sid,
+        )
+    elif isinstance(value, dict):
+        found = find_refs(value, dialect="hashstep", location="args")
+        args = dict(found) if isinstance(found, dict) else {}
+    else:
+        found = find_refs(value, dialect="hashstep", location="positional[0]")
+        positional = (found,)
+        kind = "a reference" if isinstance(found, Ref) else type(value).__name__
+        st.add(
+            line,
+            Severity.WARNING,
+            "ARGS_POSITIONAL",
+            f"#Args of step {sid} is {kind} ({_snippet(text, 40)!r}), not a JSON object; "
+            "bound as the single positional argument (the tool's first parameter)",
+            sid,
+        )
+    for path, s in _walk_strings(args if not positional else positional[0], "args"):
+        try:
+            suspicious = contains_placeholder(s)
+        except Exception:  # noqa: BLE001 - a helper's bug must not stop parsing
+            suspicious = False
+        if suspicious:
+            st.add(
+                line,
+                Severity.WARNING,
+                "PLACEHOLDER_UNRECOGNIZED",
+                f"{path} of step {sid} holds {_snippet(s, 40)!r}, which looks like a "
+                "placeholder but is no reference the grammar reads; the executor will "
+                "refuse to pass it to a tool",
+                sid,
+            )
+    return args, positional, True, text
+
+
+def _build_step(block: _Block, st: _State) -> Step | None:
+    assert block.id is not None
+    sid = block.id
+    fields = _pick_fields(block, sid, st)
+    task_f = fields.get("task")
+    task = task_f.value if task_f else ""
+    server_f = fields.get("server")
+    server: str | None = None
+    if server_f is not None:
+        sv = server_f.value.strip().strip("`*\"' ")
+        server = None if sv.lower() in _NONE_WORDS else sv
+    present = set(fields)
+    if block.truncated and present == {"task"} and not task:
+        st.add(
+            block.first_line,
+            Severity.WARNING,
+            "TRUNCATED_STEP_DROPPED",
+            f"step {sid} was cut off right after {block.opening.label}: (the reply ends "
+            "there); it has no content and was dropped",
+            sid,
+        )
+        return None
+    tool: str | None = None
+    tool_f = fields.get("tool")
+    if tool_f is not None:
+        tool, server = _normalize_tool(tool_f.value, server, tool_f.line, sid, st)
+    args, positional, valid, args_text = _parse_args(
+        fields.get("args"), tool=tool, truncated=block.truncated, sid=sid, st=st
+    )
+    explicit: tuple[int, ...] = ()
+    deps_f = fields.get("deps")
+    if deps_f is not None:
+        explicit = _parse_deps(deps_f.value, deps_f.line, sid, st)
+    expected_f = fields.get("expected")
+    expected = expected_f.value if expected_f else None
+    if block.truncated and valid:
+        missing_core = [
+            k for k in ("tool", "args") if k not in present or not fields[k].value
+        ]
+        if missing_core and block.siblings_have(missing_core):
+            valid = False
+            st.add(
+                block.last_line,
+                Severity.ERROR,
+                "STEP_INCOMPLETE",
+                f"step {sid} is cut off before "
+                f"{', '.join(_FIELD_LABEL[k] for k in missing_core)} (the reply ends there); "
+                "the step must not run as written",
+                sid,
+            )
+        else:
+            st.add(
+                block.last_line,
+                Severity.WARNING,
+                "STEP_TRUNCATED",
+                f"the reply ends inside step {sid} ({_snippet(expected or task, 40)!r} is "
+                "cut off); the step is kept, later steps may be missing",
+                sid,
+            )
+    step = Step(
+        id=sid,
+        task=task,
+        tool=tool,
+        args=args,
+        positional=positional,
+        args_valid=valid,
+        args_text=args_text,
+        server=server,
+        explicit_deps=explicit,
+        expected_output=expected,
+        lines=(block.first_line, block.last_line),
+    )
+    referenced = {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(positional)}
+    added = sorted(referenced - set(explicit))
+    if added and deps_f is not None:
+        st.add(
+            deps_f.line,
+            Severity.INFO,
+            "DEPENDENCY_ADDED",
+            f"step {sid} refers to step(s) {', '.join(map(str, added))} in #Args without "
+            "listing them in #Dependency; added them",
+            sid,
+        )
+    depends = tuple(sorted(set(explicit) | referenced))
+    return replace(step, depends_on=depends)
+
+
+def _no_plan_message(text: str, lines: list[tuple[int, str]]) -> str:
+    if not text.strip():
+        return "empty reply"
+    body = " ".join(t.strip() for _, t in lines if t.strip()) or text.strip()
+    return f"prose without any step: {_snippet(body, 80)!r}"
+
+
+def parse_hashstep(text: str, *, draft_policy: str = "last_complete") -> Plan:
+    """Parse a plan written in the hashstep dialect.
+
+    Args:
+        text: The planner's reply, exactly as received.
+        draft_policy: Which draft to use when the reply holds several:
+            ``"last_complete"`` (default: the last draft whose steps are not cut
+            off), ``"first"`` or ``"last"``.
+
+    Returns:
+        The plan with every deviation as a `Diagnostic` (``dialect="hashstep"``).
+
+    Raises:
+        PlanParseError: the text holds no step; the message says what it holds
+            instead (``"empty reply"``, ``"prose without any step: '...'"``).
+        ValueError: ``draft_policy`` is not one of `DRAFT_POLICIES`.
+    """
+    if draft_policy not in DRAFT_POLICIES:
+        raise ValueError(
+            f"unknown draft policy {draft_policy!r}; expected one of {DRAFT_POLICIES}"
+        )
+    st = _State()
+    lines = _logical_lines(text, st)
+    blocks, last_content = _scan(lines, st)
+    if not blocks:
+        raise PlanParseError(_no_plan_message(text, lines), tuple(st.diags))
+    drafts = _split_drafts(blocks, st)
+    _mark_truncation(drafts, last_content, st)
+    for draft in drafts:
+        for block in draft:
+            block.draft = draft
+    chosen = _choose_draft(drafts, draft_policy, st)
+    # Diagnostics about lines of the drafts not chosen are dropped with them.
+    spans = [(d[0].first_line, d[-1].last_line) for d in drafts if d is not chosen]
+    st.diags = [
+        d
+        for d in st.diags
+        if d.code in _ALWAYS_KEPT
+        or d.line is None
+        or not any(a <= d.line <= b for a, b in spans)
+    ]
+    steps: list[Step] = []
+    seen: dict[int, int] = {}
+    for block in chosen:
+        assert block.id is not None
+        if block.id in seen:
+            st.add(
+                block.first_line,
+                Severity.WARNING,
+                "DUPLICATE_STEP",
+                f"step {block.id} appears again on line {block.first_line} (first on line "
+                f"{seen[block.id]}); kept the first, ignored this one",
+                block.id,
+            )
+            continue
+        seen[block.id] = block.first_line
+        step = _build_step(block, st)
+        if step is not None:
+            steps.append(step)
+    if not steps:
+        raise PlanParseError(
+            "only a step cut off before any content: "
+            f"{_snippet(' '.join(t for _, t in lines if t.strip()), 80)!r}",
+            tuple(st.diags),
+        )
+    diags = sorted(st.diags, key=lambda d: d.line if d.line is not None else 0)
+    for d in diags:
+        log = step_log(None, d.step)
+        if d.severity is Severity.INFO:
+            log.info("plan: {}", d)
+        else:
+            log.warning("plan: {}", d)
+    return Plan(steps=tuple(steps), diagnostics=tuple(diags), dialect="hashstep", source=text)

@@ -1,0 +1,556 @@
+r"""Tolerant JSON for ``#Args`` and LLM replies.
+
+`repair_json` tries strict JSON first, then reads the text with a small hand-written
+tokenizer that accepts what planners actually write, naming every repair it made. It
+never evaluates anything (no ``eval``, no ``ast.literal_eval``) and never raises.
+
+Repairs (the names used in `RepairResult.repairs`):
+
+- ``backticks``: the text is wrapped in backticks or a code fence.
+- ``single quotes``: single-quoted strings or keys, or ``'{...}'`` around the text.
+- ``python literals``: ``None``/``True``/``False`` → ``null``/``true``/``false``.
+- ``trailing comma``: ``[1, 2,]``, ``{"a": 1,}``.
+- ``unquoted keys``: ``{site_name: "MAIN"}``.
+- ``unquoted placeholder {step_4}``: a placeholder written without quotes where a value
+  goes (``{"tonnage": {step_4}}`` or ``<step_4>``) becomes the string ``"{step_4}"``.
+- ``escaped JSON string``: the whole value is a JSON string whose content is a JSON
+  object or array (``"{\"a\": 1}"``); the value becomes that object or array.
+- ``bare placeholder string``: the whole value is one placeholder string such as
+  ``"{step_1}"``; the value is that string (the caller decides what it means).
+- ``None means no arguments``: the whole text is ``None`` (any case): the value is ``{}``.
+- ``control character in string`` and ``invalid escape``: kept as written.
+
+Not repaired (value None, ``error`` set): truncated text (``truncated=True``: an
+unterminated string, unclosed brackets, a missing value at the end), text after the
+value, unknown bare words, and the ellipsis ``...``: a planner that writes ``...`` has
+elided data, and a tool must not receive an invented or incomplete value.
+
+The same holds for a whole value that is an escaped JSON string with an ellipsis inside
+(``"[{\"t\": 1}, ...]"``): an error, not a string. A string *inside* an object is data
+and is left alone.
+
+JSON ``null`` alone is strict JSON: the value is None with no error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RepairResult", "extract_json_object", "repair_json"]
+
+_MAX_DEPTH = 200
+_ELLIPSIS = "elides data with '...'"
+_WS = " \t\r\n\ufeff\u00a0"
+_NUMBER_RE = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_PY_NUMBER_RE = re.compile(r"[-+]?(?:\d[\d_]*)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ANGLE_RE = re.compile(r"<[^<>\n\"{}]{1,200}>")
+_LLMC_REF_RE = re.compile(r"\$\{\s*\d+\s*\}|\$\d+")
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.S)
+_PLACEHOLDER_RE = re.compile(r"^(\{\{[^{}\n]{1,200}\}\}|\{[^{}\n\"]{1,200}\}|<[^<>\n]{1,200}>)$")
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+            "t": "\t", "'": "'"}
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """The outcome of `repair_json`."""
+
+    value: Any
+    """The parsed value, or None when the text could not be read (see ``error``)."""
+    repairs: tuple[str, ...] = ()
+    """What was repaired, in words, in the order applied; empty for strict JSON."""
+    error: str | None = None
+    """Why the text could not be read; None on success."""
+    truncated: bool = False
+    """True when the text looks cut off (unterminated string, unclosed brackets)."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the text was read (strictly or with repairs)."""
+        return self.error is None
+
+
+class _Fail(Exception):
+    def __init__(self, message: str, truncated: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.truncated = truncated
+
+
+class _Reader:
+    """A tolerant recursive-descent reader for JSON-like values.
+
+    In ``python`` mode (llmcompiler call arguments) Python literals and single quotes are
+    normal syntax (not repairs), ``(a, b)`` is read as a list and ``$1``/``${1}`` are
+    read as the strings ``"$1"``/``"${1}"`` for the reference grammar to pick up.
+    """
+
+    def __init__(self, text: str, *, python: bool = False) -> None:
+        self.text = text
+        self.pos = 0
+        self.python = python
+        self.repairs: list[str] = []
+        self.depth = 0
+
+    def _repair(self, name: str) -> None:
+        if name not in self.repairs:
+            self.repairs.append(name)
+
+    def _ws(self) -> None:
+        t, n = self.text, len(self.text)
+        while self.pos < n and t[self.pos] in _WS:
+            self.pos += 1
+
+    def _eof(self) -> bool:
+        return self.pos >= len(self.text)
+
+    def _where(self) -> str:
+        return f"at character {self.pos + 1}"
+
+    def value(self) -> Any:
+        self._ws()
+        if self._eof():
+            raise _Fail("the text ends where a value was expected", truncated=True)
+        c = self.text[self.pos]
+        if c == "{":
+            ph = self._brace_placeholder()
+            if ph is not None:
+                return ph
+            return self._container(self._object)
+        if c == "[":
+            return self._container(self._array)
+        if c == "(" and self.python:
+            return self._container(self._tuple)
+        if c == '"':
+            return self._string('"')
+        if c == "'":
+            if not self.python:
+                self._repair("single quotes")
+            return self._string("'")
+        if c == "`":
+            self._repair("backticks")
+            return self._string("`")
+        if c == "<":
+            m = _ANGLE_RE.match(self.text, self.pos)
+            if m is None:
+                raise _Fail(f"unexpected '<' {self._where()}")
+            self.pos = m.end()
+            self._repair(f"unquoted placeholder {m.group(0)}")
+            return m.group(0)
+        if c == "$" and self.python:
+            m = _LLMC_REF_RE.match(self.text, self.pos)
+            if m is None:
+                raise _Fail(f"unexpected '$' {self._where()}")
+            self.pos = m.end()
+            return m.group(0)
+        if self.text.startswith("...", self.pos) or c == "\u2026":
+            raise _Fail(
+                f"the JSON elides data with '...' {self._where()}; arguments must be "
+                "complete values, not examples"
+            )
+        if c == "-" or c.isdigit() or (self.python and c in "+."):
+            return self._number()
+        m = _WORD_RE.match(self.text, self.pos)
+        if m is not None:
+            return self._word(m.group(0))
+        raise _Fail(f"unexpected character {c!r} {self._where()}")
+
+    def _container(self, fn: Any) -> Any:
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise _Fail(f"nested deeper than {_MAX_DEPTH} levels")
+        try:
+            return fn()
+        finally:
+            self.depth -= 1
+
+    def _word(self, word: str) -> Any:
+        if word in ("true", "false", "null"):
+            self.pos += len(word)
+            return {"true": True, "false": False, "null": None}[word]
+        if word in ("True", "False", "None"):
+            self.pos += len(word)
+            if not self.python:
+                self._repair("python literals")
+            return {"True": True, "False": False, "None": None}[word]
+        if self.pos + len(word) >= len(self.text) and any(
+            lit.startswith(word) for lit in ("true", "false", "null", "True", "False", "None")
+        ):
+            raise _Fail(f"the text ends inside the word {word!r}", truncated=True)
+        if self.python:
+            self.pos += len(word)
+            self._repair(f"bare word {word!r} read as a string")
+            return word
+        raise _Fail(f"unexpected bare word {word!r} {self._where()}")
+
+    def _number(self) -> Any:
+        rx = _PY_NUMBER_RE if self.python else _NUMBER_RE
+        m = rx.match(self.text, self.pos)
+        if m is None or not m.group(0) or not any(ch.isdigit() for ch in m.group(0)):
+            if self.pos + 1 >= len(self.text):
+                raise _Fail("the text ends inside a number", truncated=True)
+            raise _Fail(f"malformed number {self._where()}")
+        raw = m.group(0)
+        self.pos = m.end()
+        clean = raw.replace("_", "")
+        if re.fullmatch(r"[-+]?\d+", clean):
+            return int(clean)
+        try:
+            return float(clean)
+        except ValueError as exc:
+            raise _Fail(f"malformed number {raw!r}") from exc
+
+    def _string(self, quote: str) -> str:
+        start = self.pos
+        self.pos += 1
+        t, n = self.text, len(self.text)
+        out: list[str] = []
+        while True:
+            if self.pos >= n:
+                raise _Fail(
+                    f"unterminated string starting at character {start + 1}", truncated=True
+                )
+            c = t[self.pos]
+            if c == quote:
+                self.pos += 1
+                return "".join(out)
+            if c == "\\":
+                if self.pos + 1 >= n:
+                    raise _Fail("the text ends inside an escape", truncated=True)
+                e = t[self.pos + 1]
+                if e == "u":
+                    hexa = t[self.pos + 2 : self.pos + 6]
+                    if len(hexa) < 4 and self.pos + 2 + len(hexa) >= n:
+                        raise _Fail("the text ends inside an escape", truncated=True)
+                    if re.fullmatch(r"[0-9a-fA-F]{4}", hexa):
+                        out.append(chr(int(hexa, 16)))
+                        self.pos += 6
+                        continue
+                    self._repair("invalid escape")
+                    out.append("\\u")
+                    self.pos += 2
+                    continue
+                if e in _ESCAPES and (e != "'" or quote == "'" or self.python):
+                    out.append(_ESCAPES[e])
+                elif e == "`" and quote == "`":
+                    out.append("`")
+                else:
+                    self._repair("invalid escape")
+                    out.append("\\" + e)
+                self.pos += 2
+                continue
+            if c < " " and not self.python:
+                self._repair("control character in string")
+            out.append(c)
+            self.pos += 1
+
+    def _brace_placeholder(self) -> str | None:
+        """Read ``{step_4}`` / ``{{x}}`` written where a value goes, or return None."""
+        t, n = self.text, len(self.text)
+        i = self.pos + 1
+        double = i < n and t[i] == "{"
+        if double:
+            i += 1
+        j = i
+        while j < n and t[j] in " \t":
+            j += 1
+        if j >= n or not (t[j].isalpha() or t[j] in "_$#"):
+            return None
+        depth = 0
+        quote = ""
+        k = j
+        while k < n and k - self.pos < 300:
+            ch = t[k]
+            if quote:
+                if ch == "\\":
+                    k += 2
+                    continue
+                if ch == quote:
+                    quote = ""
+            elif ch in "\"'":
+                if depth == 0:
+                    return None
+                quote = ch
+            elif ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            elif ch == "\n" or ch == "{":
+                return None
+            elif depth == 0 and ch in ":,":
+                return None
+            elif ch == "}":
+                if depth != 0:
+                    return None
+                end = k + 1
+                if double:
+                    if end < n and t[end] == "}":
+                        end += 1
+                    else:
+                        return None
+                raw = t[self.pos : end]
+                self.pos = end
+                self._repair(f"unquoted placeholder {raw}")
+                return raw
+            k += 1
+        return None
+
+    def _key(self) -> str:
+        c = self.text[self.pos]
+        if c == '"':
+            return self._string('"')
+        if c == "'":
+            if not self.python:
+                self._repair("single quotes")
+            return self._string("'")
+        if self.text.startswith("...", self.pos) or c == "\u2026":
+            raise _Fail(
+                f"the JSON elides data with '...' {self._where()}; arguments must be "
+                "complete values, not examples"
+            )
+        m = _WORD_RE.match(self.text, self.pos)
+        if m is not None:
+            self.pos = m.end()
+            self._repair("unquoted keys")
+            return m.group(0)
+        raise _Fail(f"expected a key {self._where()}, found {c!r}")
+
+    def _object(self) -> dict[str, Any]:
+        self.pos += 1
+        out: dict[str, Any] = {}
+        self._ws()
+        if self._eof():
+            raise _Fail("unclosed '{' at the end of the text", truncated=True)
+        if self.text[self.pos] == "}":
+            self.pos += 1
+            return out
+        while True:
+            self._ws()
+            if self._eof():
+                raise _Fail("unclosed '{' at the end of the text", truncated=True)
+            if self.text[self.pos] == "}":
+                self._repair("trailing comma")
+                self.pos += 1
+                return out
+            key = self._key()
+            self._ws()
+            if self._eof():
+                raise _Fail("the text ends after a key", truncated=True)
+            if self.text[self.pos] != ":":
+                raise _Fail(f"expected ':' after key {key!r} {self._where()}")
+            self.pos += 1
+            out[key] = self.value()
+            self._ws()
+            if self._eof():
+                raise _Fail("unclosed '{' at the end of the text", truncated=True)
+            c = self.text[self.pos]
+            if c == ",":
+                self.pos += 1
+                continue
+            if c == "}":
+                self.pos += 1
+                return out
+            raise _Fail(f"expected ',' or '}}' {self._where()}, found {c!r}")
+
+    def _seq(self, close: str) -> list[Any]:
+        self.pos += 1
+        out: list[Any] = []
+        self._ws()
+        if self._eof():
+            raise _Fail(f"unclosed bracket before '{close}' at the end", truncated=True)
+        if self.text[self.pos] == close:
+            self.pos += 1
+            return out
+        while True:
+            self._ws()
+            if self._eof():
+                raise _Fail(f"unclosed bracket before '{close}' at the end", truncated=True)
+            if self.text[self.pos] == close:
+                self._repair("trailing comma")
+                self.pos += 1
+                return out
+            out.append(self.value())
+            self._ws()
+            if self._eof():
+                raise _Fail(f"unclosed bracket before '{close}' at the end", truncated=True)
+            c = self.text[self.pos]
+            if c == ",":
+                self.pos += 1
+                continue
+            if c == close:
+                self.pos += 1
+                return out
+            raise _Fail(f"expected ',' or '{close}' {self._where()}, found {c!r}")
+
+    def _array(self) -> list[Any]:
+        return self._seq("]")
+
+    def _tuple(self) -> list[Any]:
+        return self._seq(")")
+
+
+def _strip_wrapping(text: str, repairs: list[str]) -> str:
+    s = text.strip(_WS)
+    if s.startswith("```"):
+        m = _FENCE_RE.match(s)
+        if m is not None and not s[m.end() :].strip(_WS):
+            repairs.append("backticks")
+            return m.group(2).strip(_WS)
+        if "```" not in s[3:]:
+            repairs.append("backticks")
+            body = s[3:]
+            nl = body.find("\n")
+            first = body if nl == -1 else body[:nl]
+            if re.fullmatch(r"[A-Za-z0-9_+-]*", first.strip()):
+                body = "" if nl == -1 else body[nl + 1 :]
+            return body.strip(_WS)
+    if s.startswith("`"):
+        inner = s.lstrip("`")
+        if inner.rstrip(_WS).endswith("`"):
+            inner = inner.rstrip(_WS).rstrip("`")
+        repairs.append("backticks")
+        return inner.strip(_WS)
+    return s
+
+
+def _looks_like_placeholder(text: str) -> bool:
+    return bool(_PLACEHOLDER_RE.match(text.strip()))
+
+
+def _post(value: Any, repairs: list[str], depth: int) -> RepairResult:
+    if isinstance(value, str):
+        inner = value.strip(_WS)
+        if _looks_like_placeholder(inner):
+            return RepairResult(value, tuple([*repairs, "bare placeholder string"]))
+        if depth == 0 and inner[:1] in ("{", "["):
+            sub = _repair(inner, depth + 1)
+            if sub.error is None and isinstance(sub.value, dict | list):
+                return RepairResult(sub.value, tuple([*repairs, "escaped JSON string",
+                                                      *sub.repairs]))
+            if sub.error is not None and _ELLIPSIS in sub.error:
+                return RepairResult(None, tuple(repairs),
+                                    f"the escaped JSON string {sub.error[len('the JSON '):]}")
+    return RepairResult(value, tuple(repairs))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _repair(text: str, depth: int) -> RepairResult:
+    repairs: list[str] = []
+    s = _strip_wrapping(text, repairs)
+    if not s:
+        return RepairResult(None, tuple(repairs), "the text is empty", False)
+    if len(s) >= 2 and s[0] == "'" and s[-1] == "'" and s[1:-1].strip(_WS)[:1] in ("{", "["):
+        repairs.append("single quotes")
+        s = s[1:-1].strip(_WS)
+    if s.lower() == "none":
+        return RepairResult({}, tuple([*repairs, "None means no arguments"]))
+    try:
+        return _post(json.loads(s, parse_constant=_reject_constant), repairs, depth)
+    except (ValueError, RecursionError):
+        pass
+    reader = _Reader(s)
+    try:
+        value = reader.value()
+        reader._ws()
+        if not reader._eof():
+            rest = s[reader.pos : reader.pos + 40]
+            raise _Fail(f"unexpected text after the value {reader._where()}: {rest!r}")
+    except _Fail as fail:
+        return RepairResult(None, tuple(repairs + reader.repairs), fail.message, fail.truncated)
+    return _post(value, repairs + reader.repairs, depth)
+
+
+def repair_json(text: str) -> RepairResult:
+    """Read JSON as planners write it, naming every repair; never raises.
+
+    Args:
+        text: the text of an ``#Args`` field or any JSON-ish snippet.
+
+    Returns:
+        A `RepairResult`. On success ``value`` is the data and ``repairs`` lists what was
+        repaired (empty for strict JSON); on failure ``value`` is None, ``error`` says why
+        and ``truncated`` tells whether the text looks cut off.
+    """
+    try:
+        if not isinstance(text, str):
+            text = str(text)
+        return _repair(text, 0)
+    except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
+        return RepairResult(None, (), f"could not read the text: {exc}", False)
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """Index just past the bracket matching ``text[start]`` (quote-aware), or None."""
+    depth = 0
+    quote = ""
+    i = start
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch == '"':
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def extract_json_object(text: str) -> Any | None:
+    """Find the JSON object (or array) in an LLM reply; never raises.
+
+    Tried in order: the whole reply (tolerantly, see `repair_json`); each code fence
+    (also one-line fences such as ```` ```json{"a": 1}``` ````); then each balanced
+    ``{...}``/``[...]`` in the prose, objects first. Only dicts and lists are returned.
+
+    Args:
+        text: the model's reply.
+
+    Returns:
+        The first dict or list found, or None.
+    """
+    try:
+        if not isinstance(text, str) or not text.strip():
+            return None
+        whole = repair_json(text)
+        if whole.error is None and isinstance(whole.value, dict | list):
+            return whole.value
+        for m in _FENCE_RE.finditer(text):
+            body = m.group(2)
+            for candidate in (body, m.group(1) + body):
+                got = repair_json(candidate)
+                if got.error is None and isinstance(got.value, dict | list):
+                    return got.value
+        found_list: Any | None = None
+        tries = 0
+        for opener in ("{", "["):
+            pos = text.find(opener)
+            while pos != -1 and tries < 64:
+                tries += 1
+                end = _balanced_end(text, pos)
+                if end is not None:
+                    got = repair_json(text[pos:end])
+                    if got.error is None and isinstance(got.value, dict):
+                        return got.value
+                    if got.error is None and isinstance(got.value, list) and found_list is None:
+                        found_list = got.value
+                pos = text.find(opener, pos + 1)
+        return found_list
+    except Exception:  # noqa: BLE001 - the contract is "never raises"
+        return None

@@ -1,0 +1,311 @@
+"""The llmcompiler dialect: numbered ``N. tool(arg, key=value)`` lines.
+
+Grammar (one step per line; a call may continue on following lines until its
+parentheses close)::
+
+    N. tool(ARG, ..., key=ARG, ...)
+    Thought: free text
+    N. join()
+    <END_OF_PLAN>
+
+``ARG`` is a Python-like literal read by a small tokenizer, never evaluated: numbers,
+single- or double-quoted strings, ``True``/``False``/``None``, lists ``[...]``, tuples
+``(...)`` (read as lists), dicts ``{...}``, and the references ``$N`` / ``${N}``, also
+nested (``[$1, $2]``) or inside strings (``'hometown of $1'``, a `Template`).
+
+Decisions:
+
+- ``Thought:`` lines become the task of the next tool step (several are joined). A
+  thought with no tool step after it (before ``join()`` or at the end) is kept as an
+  ``LLMC_THOUGHT`` info diagnostic. A step without a thought gets its call text as task.
+- ``join()`` is not a tool step: it is recorded as ``LLMC_JOIN`` (info). Steps after it
+  are kept with ``LLMC_STEP_AFTER_JOIN``.
+- ``<END_OF_PLAN>`` (alone or glued to ``join()``) ends the plan; text after it is
+  ``PROSE_IGNORED``. A plan with neither ``join()`` nor ``<END_OF_PLAN>`` gets
+  ``LLMC_NO_END`` (it may be cut off).
+- Positional arguments go to ``Step.positional``; keyword arguments to ``Step.args``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from planexec.errors import PlanParseError
+from planexec.parsing._common import Diagnostics, describe_text, normalize_tool, snippet
+from planexec.parsing.jsonrepair import _Fail, _Reader
+from planexec.parsing.refs import find_refs
+from planexec.plan import Plan, Severity, Step, iter_refs
+
+__all__ = ["parse_llmcompiler"]
+
+_NUMBERED_RE = re.compile(r"^\s*(?:[-*]\s+)?(?:\*\*)?(\d+)\s*[.):]\s*(?:\*\*)?\s*(.*)$")
+_CALL_RE = re.compile(r"([A-Za-z_][\w.\-]*)\s*\(")
+_THOUGHT_RE = re.compile(r"^\s*(?:\*\*)?thought\s*(?:\*\*)?\s*:\s*(.*)$", re.I)
+_END = "<END_OF_PLAN>"
+_KW_RE = re.compile(r"([A-Za-z_]\w*)\s*=(?!=)")
+
+
+def _call_end(text: str, start: int) -> int | None:
+    """Index of the ``)`` closing a call whose ``(`` is just before ``start``."""
+    depth = 1
+    quote = ""
+    i = start
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _read_args(text: str) -> tuple[list[Any], dict[str, Any], list[str], list[str]]:
+    """Read call arguments: (positional, keyword, repairs, problems).
+
+    Raises:
+        _Fail: the arguments cannot be read.
+    """
+    r = _Reader(text, python=True)
+    positional: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    problems: list[str] = []
+    while True:
+        r._ws()
+        if r._eof():
+            break
+        m = _KW_RE.match(text, r.pos)
+        if m is not None:
+            r.pos = m.end()
+            key = m.group(1)
+            if key in kwargs:
+                raise _Fail(f"the keyword argument {key!r} is given twice")
+            kwargs[key] = r.value()
+        else:
+            if kwargs:
+                problems.append("a positional argument follows a keyword argument")
+            positional.append(r.value())
+        r._ws()
+        if r._eof():
+            break
+        if text[r.pos] != ",":
+            raise _Fail(f"expected ',' {r._where()}, found {text[r.pos]!r}")
+        r.pos += 1
+    return positional, kwargs, r.repairs, problems
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lines = text.splitlines()
+        self.diags = Diagnostics()
+        self.steps: list[Step] = []
+        self.seen: set[int] = set()
+        self.thoughts: list[str] = []
+        self.thought_line = 0
+        self.joined = False
+        self.ended = False
+
+    def run(self) -> Plan:
+        i = 0
+        while i < len(self.lines):
+            lineno = i + 1
+            raw = self.lines[i]
+            if self.ended:
+                if raw.strip():
+                    self.diags.add(lineno, Severity.INFO, "PROSE_IGNORED",
+                                   f"ignored text after {_END}: {snippet(raw, 50)!r}")
+                i += 1
+                continue
+            if raw.strip().startswith("```"):
+                self.diags.add(lineno, Severity.INFO, "CODE_FENCE",
+                               f"ignored the code fence line {snippet(raw, 30)!r}")
+                i += 1
+                continue
+            i += self._line(raw, lineno)
+        if self.thoughts:
+            self._thought_unused("at the end of the plan")
+        if not self.steps:
+            raise PlanParseError(self._nothing_found(), self.diags.sorted())
+        if not self.joined and not self.ended:
+            self.diags.add(len(self.lines), Severity.WARNING, "LLMC_NO_END",
+                           f"the plan has neither join() nor {_END}; it may be cut off")
+        return Plan(tuple(self.steps), self.diags.sorted(), "llmcompiler", self.text)
+
+    def _nothing_found(self) -> str:
+        msg = f"no llmcompiler step ('1. tool(args)') found in {describe_text(self.text)}"
+        if self.joined:
+            msg += "; it has only join()"
+        return msg
+
+    def _thought_unused(self, where: str) -> None:
+        self.diags.add(self.thought_line, Severity.INFO, "LLMC_THOUGHT",
+                       f"Thought {where}: {snippet(' '.join(self.thoughts), 60)!r}")
+        self.thoughts = []
+
+    def _line(self, raw: str, lineno: int) -> int:
+        """Handle one line; return how many lines were consumed."""
+        line = raw
+        if _END in line:
+            before, _, after = line.partition(_END)
+            self.ended = True
+            if after.strip():
+                self.diags.add(lineno, Severity.INFO, "PROSE_IGNORED",
+                               f"ignored text after {_END}: {snippet(after, 50)!r}")
+            line = before
+        if not line.strip():
+            return 1
+        t = _THOUGHT_RE.match(line)
+        if t is not None:
+            if not self.thoughts:
+                self.thought_line = lineno
+            self.thoughts.append(t.group(1).strip())
+            return 1
+        n = _NUMBERED_RE.match(line)
+        if n is None:
+            self.diags.add(lineno, Severity.INFO, "PROSE_IGNORED",
+                           f"ignored text outside the plan: {snippet(line, 50)!r}")
+            return 1
+        sid = int(n.group(1))
+        body = n.group(2)
+        c = _CALL_RE.match(body)
+        if c is None:
+            self.diags.add(lineno, Severity.WARNING, "LLMC_NOT_A_CALL",
+                           f"the numbered line {snippet(line, 50)!r} is not a tool call "
+                           "'name(args)'; ignored", sid)
+            return 1
+        # gather continuation lines until the call's parentheses close
+        chunk = body
+        used = 1
+        end = _call_end(chunk, c.end())
+        while end is None and not self.ended and lineno - 1 + used < len(self.lines):
+            nxt = self.lines[lineno - 1 + used]
+            if _NUMBERED_RE.match(nxt) or _THOUGHT_RE.match(nxt):
+                break
+            if _END in nxt:
+                nxt, _, after = nxt.partition(_END)
+                self.ended = True
+                if after.strip():
+                    self.diags.add(lineno + used, Severity.INFO, "PROSE_IGNORED",
+                                   f"ignored text after {_END}: {snippet(after, 50)!r}")
+            chunk += "\n" + nxt
+            used += 1
+            end = _call_end(chunk, c.end())
+        at_end = lineno - 1 + used >= len(self.lines)
+        self._call(sid, c, chunk, end, lineno, lineno + used - 1, at_end)
+        return used
+
+    def _call(
+        self, sid: int, c: re.Match[str], chunk: str, end: int | None, first: int,
+        last: int, at_end: bool,
+    ) -> None:
+        name = c.group(1)
+        if name.lower() == "join":
+            self.joined = True
+            glued = " followed by " + _END if self.ended else ""
+            self.diags.add(first, Severity.INFO, "LLMC_JOIN",
+                           f"step {sid} is join(){glued}: not a tool step; the answer is "
+                           "composed from the results", sid)
+            if self.thoughts:
+                self._thought_unused("before join()")
+            if end is not None and chunk[end + 1 :].strip():
+                self.diags.add(first, Severity.INFO, "PROSE_IGNORED",
+                               f"ignored text after join(): {snippet(chunk[end + 1:], 40)!r}")
+            return
+        if sid in self.seen:
+            self.diags.add(first, Severity.ERROR, "DUPLICATE_STEP",
+                           f"step {sid} appears again; kept the first and ignored "
+                           f"{snippet(chunk, 50)!r}", sid)
+            return
+        self.seen.add(sid)
+        if self.joined:
+            self.diags.add(first, Severity.WARNING, "LLMC_STEP_AFTER_JOIN",
+                           f"step {sid} comes after join(); kept", sid)
+        server, tool = normalize_tool(name, line=first, step=sid, diags=self.diags)
+        call_text = chunk[: end + 1] if end is not None else chunk
+        task = " ".join(self.thoughts) if self.thoughts else call_text.strip()
+        self.thoughts = []
+        valid = True
+        positional: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        if end is None:
+            valid = False
+            code = "ARGS_TRUNCATED" if at_end else "ARGS_SYNTAX"
+            cut = " (the reply ends there)" if at_end else ""
+            self.diags.add(first, Severity.ERROR, code,
+                           f"the call of step {sid} has no closing ')'{cut}: "
+                           f"{snippet(chunk, 50)!r}; the step must not run as written", sid)
+        else:
+            if chunk[end + 1 :].strip():
+                self.diags.add(first, Severity.INFO, "PROSE_IGNORED",
+                               f"ignored text after the call of step {sid}: "
+                               f"{snippet(chunk[end + 1:], 40)!r}", sid)
+            try:
+                positional, kwargs, repairs, problems = _read_args(chunk[c.end() : end])
+            except _Fail as fail:
+                valid = False
+                self.diags.add(first, Severity.ERROR, "ARGS_SYNTAX",
+                               f"the arguments of step {sid} are not readable: {fail.message} "
+                               f"(in {snippet(chunk[c.end():end], 50)!r}); the step must not "
+                               "run as written", sid)
+            else:
+                for rep in repairs:
+                    self.diags.add(first, Severity.WARNING, "ARGS_REPAIRED",
+                                   f"arguments of step {sid}: repaired {rep}", sid)
+                for prob in problems:
+                    self.diags.add(first, Severity.WARNING, "LLMC_POSITIONAL_AFTER_KEYWORD",
+                                   f"step {sid}: {prob}", sid)
+        pos_values = tuple(
+            find_refs(v, dialect="llmcompiler", location=f"positional[{i}]")
+            for i, v in enumerate(positional)
+        )
+        args = {
+            k: find_refs(v, dialect="llmcompiler", location=f"args.{k}")
+            for k, v in kwargs.items()
+        }
+        self.diags.hinted_refs(list(pos_values), line=first, step=sid)
+        self.diags.hinted_refs(args, line=first, step=sid)
+        deps = {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
+        self.steps.append(
+            Step(
+                id=sid,
+                task=task,
+                tool=tool,
+                args=args,
+                positional=pos_values,
+                args_valid=valid,
+                args_text=chunk[c.end() : end] if end is not None else chunk[c.end() :],
+                server=server,
+                depends_on=tuple(sorted(deps)),
+                lines=(first, last),
+            )
+        )
+
+
+def parse_llmcompiler(text: str) -> Plan:
+    """Parse an llmcompiler plan (``1. tool(arg, key=value)`` lines).
+
+    Args:
+        text: the planner's reply.
+
+    Returns:
+        The plan, with a Diagnostic for every deviation and for ``join()``.
+
+    Raises:
+        PlanParseError: no numbered tool call at all; the message says what was found.
+    """
+    if not isinstance(text, str):
+        raise PlanParseError(f"expected plan text, got {type(text).__name__}")
+    return _Parser(text).run()

@@ -1,0 +1,348 @@
+"""The reference grammar: how a plan points at an earlier step's result.
+
+Forms (``N`` is a step number, ``PATH`` an optional path)::
+
+    <step_N PATH>          canonical, every dialect
+    {step_N PATH}          every dialect
+    {{step_N PATH}}        every dialect (spaces inside the braces are allowed)
+    #EN                    rewoo only
+    $N  ${N}               llmcompiler only
+
+``PATH`` is a sequence of ``.name`` (an identifier), ``[0]`` (an integer, may be
+negative), ``["key"]`` (a JSON string) or ``['key']``. Example: ``<step_2.items[0].id>``,
+``{step_5.fm_to_sensors["excess purge"]}``, ``{step_1[0]}``.
+
+*Hinted* references are brace- or angle-wrapped texts the grammar cannot follow but that
+name a step: ``{step_1_selected_site}``, ``{asset_id_for_Chiller_6_from_step_2}``,
+``{step_1.find(name='X').id}``, ``<Name from #E1>`` (rewoo). The rule: the text between
+``{`` ``}``, ``{{`` ``}}`` or ``<`` ``>`` is at most 200 characters on one line, holds no
+braces (and no ``<``/``>`` for the angle form), does not look like a JSON object (does
+not start with a quote, has no ``"key":``), and mentions a step: ``step`` followed by an
+optional ``_``/space and a number (not preceded by a letter), or ``#EN`` in rewoo, or
+``$N``/``${N}`` in llmcompiler. The first mention gives the step; the inner text is the
+hint. ``{current_date_time()}`` mentions no step, so it is not a reference, but
+`contains_placeholder` flags it.
+
+A string that is exactly one reference (surrounding whitespace ignored) becomes a
+whole-value `Ref`; a string with references inside longer text becomes a `Template`.
+Nothing in a reference is ever evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from planexec.plan import PathElem, Ref, Template, format_path
+
+__all__ = [
+    "DIALECTS",
+    "contains_placeholder",
+    "find_refs",
+    "iter_ref_spans",
+    "parse_path",
+    "parse_ref",
+]
+
+DIALECTS = ("hashstep", "rewoo", "llmcompiler")
+"""The dialects whose reference forms this module knows."""
+
+_PATH = (
+    r"(?:\s*\.\s*[^\W\d]\w*"
+    r"|\s*\[\s*-?\d+\s*\]"
+    r"|\s*\[\s*\"(?:[^\"\\\n]|\\.)*\"\s*\]"
+    r"|\s*\[\s*'(?:[^'\\\n]|\\.)*'\s*\])*"
+)
+_STEP = r"[Ss][Tt][Ee][Pp]_(\d+)"
+_CANON_RE = re.compile(r"<\s*" + _STEP + r"(" + _PATH + r")\s*>")
+_DOUBLE_RE = re.compile(r"\{\{\s*" + _STEP + r"(" + _PATH + r")\s*\}\}")
+_SINGLE_RE = re.compile(r"\{\s*" + _STEP + r"(" + _PATH + r")\s*\}")
+_REWOO_RE = re.compile(r"#E(\d+)(?!\w)")
+_LLMC_BRACE_RE = re.compile(r"\$\{\s*(\d+)\s*\}")
+_LLMC_RE = re.compile(r"\$(\d+)(?![\w]|\.\d)")
+
+_HINT_DOUBLE_RE = re.compile(r"\{\{([^{}\n]{1,200})\}\}")
+_HINT_SINGLE_RE = re.compile(r"\{([^{}\n]{1,200})\}")
+_HINT_ANGLE_RE = re.compile(r"<([^<>{}\n]{1,200})>")
+_JSONISH_RE = re.compile(r"^\s*[\"']|[\"']\s*:")
+
+_MENTION_STEP_RE = re.compile(r"(?<![A-Za-z])[Ss][Tt][Ee][Pp][_ ]?(\d+)(?!\d)")
+_MENTION_REWOO_RE = re.compile(r"#E(\d+)(?!\w)")
+_MENTION_LLMC_RE = re.compile(r"\$\{?(\d+)\}?(?!\d)")
+
+_PATH_ELEM_RE = re.compile(
+    r"\s*\.\s*(?P<name>[^\W\d]\w*)"
+    r"|\s*\[\s*(?P<index>-?\d+)\s*\]"
+    r"|\s*\[\s*\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"\s*\]"
+    r"|\s*\[\s*'(?P<sq>(?:[^'\\\n]|\\.)*)'\s*\]"
+)
+
+_LOOSE_DOUBLE_RE = re.compile(r"\{\{\s*[^\W\d][^{}\n]{0,200}\}\}")
+_LOOSE_SINGLE_RE = re.compile(
+    r"\{\s*[^\W\d][\w.]*(?:\([^{}\n]{0,200}\)[\w.]*)?(?:\[[^{}\n\]]{0,100}\][\w.]*)*\s*\}"
+)
+_STARTS = {"hashstep": "<{", "rewoo": "<{#", "llmcompiler": "<{$"}
+_START_RES = {k: re.compile("[" + re.escape(v) + "]") for k, v in _STARTS.items()}
+
+
+def _check_dialect(dialect: str) -> str:
+    return dialect if dialect in _STARTS else "hashstep"
+
+
+def parse_path(text: str) -> tuple[PathElem, ...] | None:
+    """Parse a reference path such as ``.items[0]["key with spaces"]``.
+
+    Args:
+        text: the path text, possibly empty.
+
+    Returns:
+        The path elements, or None when the text is not a valid path.
+    """
+    out: list[PathElem] = []
+    pos = 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _PATH_ELEM_RE.match(text, pos)
+        if m is None:
+            return None
+        if m.group("name") is not None:
+            out.append(m.group("name"))
+        elif m.group("index") is not None:
+            out.append(int(m.group("index")))
+        elif m.group("dq") is not None:
+            try:
+                out.append(str(json.loads('"' + m.group("dq") + '"')))
+            except ValueError:
+                out.append(m.group("dq"))
+        else:
+            out.append(re.sub(r"\\(.)", r"\1", m.group("sq")))
+        pos = m.end()
+    return tuple(out)
+
+
+def _mention(inner: str, dialect: str) -> int | None:
+    found: list[tuple[int, int]] = []
+    regexes = [_MENTION_STEP_RE]
+    if dialect == "rewoo":
+        regexes.append(_MENTION_REWOO_RE)
+    elif dialect == "llmcompiler":
+        regexes.append(_MENTION_LLMC_RE)
+    for rx in regexes:
+        m = rx.search(inner)
+        if m is not None:
+            found.append((m.start(), int(m.group(1))))
+    if not found:
+        return None
+    return min(found)[1]
+
+
+def _match_at(text: str, pos: int, dialect: str) -> tuple[Ref, int] | None:
+    """Try to read one reference starting exactly at ``pos``."""
+    c = text[pos]
+    if c == "<":
+        m = _CANON_RE.match(text, pos)
+        if m is not None:
+            return _plain(m, text), m.end()
+        h = _HINT_ANGLE_RE.match(text, pos)
+        if h is not None and not _JSONISH_RE.search(h.group(1)):
+            step = _mention(h.group(1), dialect)
+            if step is not None:
+                return Ref(step=step, hint=h.group(1).strip(), raw=h.group(0)), h.end()
+        return None
+    if c == "{":
+        for rx in (_DOUBLE_RE, _SINGLE_RE):
+            m = rx.match(text, pos)
+            if m is not None:
+                return _plain(m, text), m.end()
+        for hrx in (_HINT_DOUBLE_RE, _HINT_SINGLE_RE):
+            h = hrx.match(text, pos)
+            if h is not None and not _JSONISH_RE.search(h.group(1)):
+                step = _mention(h.group(1), dialect)
+                if step is not None:
+                    return Ref(step=step, hint=h.group(1).strip(), raw=h.group(0)), h.end()
+        return None
+    if c == "#" and dialect == "rewoo":
+        m = _REWOO_RE.match(text, pos)
+        if m is not None:
+            return Ref(step=int(m.group(1)), raw=m.group(0)), m.end()
+        return None
+    if c == "$" and dialect == "llmcompiler":
+        m = _LLMC_BRACE_RE.match(text, pos) or _LLMC_RE.match(text, pos)
+        if m is not None:
+            return Ref(step=int(m.group(1)), raw=m.group(0)), m.end()
+    return None
+
+
+def _plain(m: re.Match[str], text: str) -> Ref:
+    path = parse_path(m.group(2))
+    return Ref(step=int(m.group(1)), path=path or (), raw=m.group(0))
+
+
+def iter_ref_spans(text: str, dialect: str = "hashstep") -> list[tuple[int, int, Ref]]:
+    """Find every reference in a string.
+
+    Args:
+        text: any string.
+        dialect: ``hashstep``, ``rewoo`` or ``llmcompiler`` (unknown names act as
+            ``hashstep``).
+
+    Returns:
+        ``(start, end, ref)`` for each reference, left to right, not overlapping. The
+        refs have ``whole_value=True`` and an empty location; `find_refs` sets both.
+    """
+    dialect = _check_dialect(dialect)
+    starts = _START_RES[dialect]
+    out: list[tuple[int, int, Ref]] = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        hit = starts.search(text, pos)
+        if hit is None:
+            break
+        nxt = hit.start()
+        got = _match_at(text, nxt, dialect)
+        if got is None:
+            pos = nxt + 1
+            continue
+        ref, end = got
+        out.append((nxt, end, ref))
+        pos = end
+    return out
+
+
+def parse_ref(text: str, dialect: str = "hashstep") -> Ref | None:
+    """Read a string that is exactly one reference (surrounding whitespace ignored).
+
+    Args:
+        text: the candidate text, e.g. ``"{step_2.items[0]}"``.
+        dialect: the plan dialect; ``#EN`` needs ``rewoo``, ``$N`` needs ``llmcompiler``.
+
+    Returns:
+        The whole-value `Ref`, or None if the text is not exactly one reference.
+    """
+    if not isinstance(text, str):
+        return None
+    stripped = text.strip()
+    if not stripped:
+        return None
+    got = _match_at(stripped, 0, _check_dialect(dialect))
+    if got is None or got[1] != len(stripped):
+        return None
+    return got[0]
+
+
+def _child(location: str, key: Any) -> str:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"{location}[{key}]"
+    return location + format_path((str(key),))
+
+
+def _refs_in_string(text: str, dialect: str, location: str) -> Any:
+    spans = iter_ref_spans(text, dialect)
+    if not spans:
+        return text
+    if len(spans) == 1:
+        start, end, ref = spans[0]
+        if not text[:start].strip() and not text[end:].strip():
+            return Ref(ref.step, ref.path, ref.hint, ref.raw, True, location)
+    parts: list[str | Ref] = []
+    pos = 0
+    for start, end, ref in spans:
+        if start > pos:
+            parts.append(text[pos:start])
+        parts.append(Ref(ref.step, ref.path, ref.hint, ref.raw, False, location))
+        pos = end
+    if pos < len(text):
+        parts.append(text[pos:])
+    return Template(tuple(parts))
+
+
+def find_refs(value: Any, *, dialect: str = "hashstep", location: str = "args") -> Any:
+    r"""Return ``value`` with every reference in its strings turned into `Ref`/`Template`.
+
+    Dicts and lists (and tuples) are rebuilt recursively; dict keys are left alone. A
+    string that is exactly one reference becomes a whole-value `Ref` (it will receive the
+    referenced value with its type); a string with references inside longer text becomes
+    a `Template` (interpolated as text). That covers escaped JSON inside a string, e.g.
+    ``"[{\"tonnage\": {step_4}}]"``: the argument is a string, so its references
+    are embedded. Values that are already `Ref`/`Template` are returned as they are.
+
+    Args:
+        value: a nested value (JSON data).
+        dialect: ``hashstep``, ``rewoo`` or ``llmcompiler``.
+        location: where ``value`` sits, e.g. ``"args"`` or ``"positional[0]"``; each
+            `Ref` gets the location of the string it was found in, e.g.
+            ``"args.filters[1].asset_id"``.
+
+    Returns:
+        The value with references; the input is not modified.
+    """
+    if isinstance(value, Ref | Template):
+        return value
+    if isinstance(value, str):
+        return _refs_in_string(value, dialect, location)
+    if isinstance(value, Mapping):
+        return {
+            k: find_refs(v, dialect=dialect, location=_child(location, k))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            find_refs(v, dialect=dialect, location=f"{location}[{i}]")
+            for i, v in enumerate(value)
+        ]
+    if isinstance(value, tuple):
+        return tuple(
+            find_refs(v, dialect=dialect, location=f"{location}[{i}]")
+            for i, v in enumerate(value)
+        )
+    return value
+
+
+def _string_has_placeholder(text: str, dialect: str | None) -> bool:
+    if iter_ref_spans(text, dialect or "hashstep"):
+        return True
+    if "{" in text and (_LOOSE_DOUBLE_RE.search(text) or _LOOSE_SINGLE_RE.search(text)):
+        return True
+    return False
+
+
+def contains_placeholder(value: Any, *, dialect: str | None = None) -> bool:
+    """Tell whether a (resolved) value still holds something that looks like a reference.
+
+    The executor calls this on resolved arguments so that a tool is never called with
+    an unresolved reference. It is deliberately eager. It flags:
+
+    - any `Ref` or `Template` object;
+    - every reference form valid in every dialect (``<step_1>``, ``{step_2}``,
+      ``{{step_3}}``, with paths) and hinted references (``{step_1_selected_site}``);
+    - brace placeholders without a step number: ``{{anything}}`` and ``{name}``,
+      ``{a.b}``, ``{current_date_time()}`` (an identifier, dotted name or call inside
+      single braces);
+    - ``#EN`` only when ``dialect="rewoo"`` and ``$N``/``${N}`` only when
+      ``dialect="llmcompiler"``: elsewhere they are ordinary text (``$5`` is a price,
+      ``#E1`` may be an issue number).
+
+    JSON text (``{"a": 1}``) is not flagged. A real value that contains a template such as
+    ``"Hello {name}"`` is flagged: false positives are preferred to a tool called with an
+    unresolved placeholder.
+
+    Args:
+        value: a nested value.
+        dialect: the plan's dialect, or None for the forms common to every dialect.
+
+    Returns:
+        True if any string in the value looks like a placeholder.
+    """
+    if isinstance(value, Ref | Template):
+        return True
+    if isinstance(value, str):
+        return _string_has_placeholder(value, dialect)
+    if isinstance(value, Mapping):
+        return any(contains_placeholder(v, dialect=dialect) for v in value.values())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(contains_placeholder(v, dialect=dialect) for v in value)
+    return False

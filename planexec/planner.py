@@ -1,0 +1,521 @@
+"""The planner: a prompt from the question and the tool catalog, a model call, a checked plan.
+
+`Planner.plan` asks the model (purpose ``plan``) for a plan in the hashstep grammar,
+parses the reply (`planexec.parsing.parse_plan`) and checks it against the catalog
+(`check_plan`). When the reply holds no plan, the plan has error diagnostics, or it names
+tools that do not exist, the planner re-prompts with the diagnostics, at most
+``max_reprompts`` times; it then returns the best plan it got (the executor reports the
+remaining problems per step, and the agent's recovery policy takes over).
+
+On a re-plan the prompt also holds the previous plan, the steps that succeeded (outputs
+cut to a budget), the steps that failed and why, and the lessons so far. Succeeded steps
+are *kept*: the new plan may reference them (``<step_2>``) and they are not run again.
+The planner merges the kept steps into the new plan (so its references check) and
+returns the results to reuse as ``prior``.
+
+Templates are filled in a single pass (`fill`): text put into a template (the question,
+tool descriptions, step outputs) is never scanned for placeholders again, so a question
+containing ``{context}`` or ``{{task}}`` arrives verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from planexec._log import run_log
+from planexec._models import ModelClient, as_client
+from planexec.errors import PlanParseError
+from planexec.evaluation import cut
+from planexec.events import EventBus, FallbackUsed
+from planexec.plan import Diagnostic, Plan, Severity, Step, to_jsonable
+from planexec.results import StepResult
+from planexec.tools import ToolCatalog
+
+__all__ = [
+    "FINAL_STEP_TOOL",
+    "PLAN_GRAMMAR",
+    "Planner",
+    "PlannerOutcome",
+    "ReplanContext",
+    "fill",
+    "schema_fields",
+]
+
+FINAL_STEP_TOOL = "final_answer"
+"""The tool name of the final mapping step asked for when an output schema is given."""
+
+_MISSING_CODES = ("REF_MISSING", "DEPENDENCY_MISSING", "REF_FORWARD", "DEPENDENCY_FORWARD")
+_PLACEHOLDER = re.compile(r"\{\{([a-z_]+)\}\}")
+
+
+def fill(template: str, **values: str) -> str:
+    """Replace each ``{{name}}`` in ``template`` by ``values[name]``, in one pass.
+
+    The inserted values are never scanned again, so user text that looks like a
+    placeholder stays as it is. Every placeholder in the template must have a value.
+
+    >>> fill("Q: {{question}}", question="what is {context}? {{task}}")
+    'Q: what is {context}? {{task}}'
+
+    Raises:
+        KeyError: the template names a value that was not given.
+    """
+
+    def _sub(m: re.Match[str]) -> str:
+        return values[m.group(1)]
+
+    return _PLACEHOLDER.sub(_sub, template)
+
+
+PLAN_GRAMMAR = """\
+Write the plan as blocks, one per step, numbered in order starting at {{first_id}}:
+#Task{{first_id}}: what this step does, in one sentence
+#Tool{{first_id}}: the tool's exact name from the list, or none for a step that only \
+reasons over earlier results
+#Args{{first_id}}: the arguments as ONE JSON object on one line ({} when there are none)
+#Dependency{{first_id}}: None, or the steps it needs, like #S1, #S2
+#ExpectedOutput{{first_id}}: what the step should return
+
+Rules:
+- Use only the tools listed above, with their argument names; give every required \
+argument (arguments marked ? are optional).
+- To use an earlier step's result, write a reference as a JSON string: "<step_1>" for the \
+whole result, or "<step_2.items[0].id>" for a part of it. Never invent a value that an \
+earlier step can look up.
+- A reference inside longer text is filled in as text: "sensors of <step_1.name>".
+- Write only the plan: no prose before or after it, no code fences, one plan only."""
+
+EXAMPLE = """\
+Example (the tools search(query: str) and fetch(url: str) are illustrative only; use \
+the tools listed above):
+Question: What is the title of the first search result for "solar inverter"?
+#Task1: Search for "solar inverter"
+#Tool1: search
+#Args1: {"query": "solar inverter"}
+#Dependency1: None
+#ExpectedOutput1: A list of results, each with a url and a title
+
+#Task2: Fetch the first result
+#Tool2: fetch
+#Args2: {"url": "<step_1[0].url>"}
+#Dependency2: #S1
+#ExpectedOutput2: The first result's page, with its title
+
+#Task3: Answer with the page's title
+#Tool3: none
+#Args3: {"page": "<step_2>"}
+#Dependency3: #S2
+#ExpectedOutput3: The title of the page"""
+
+SYSTEM_TEMPLATE = """\
+You are the planner of a plan-and-execute agent. Break the user's question into a short \
+sequence of steps. Each step calls one of the tools below, or reasons over earlier results.
+
+## Tools
+{{tools}}
+
+## Plan format
+{{grammar}}
+
+## {{example}}{{instructions}}"""
+
+OUTPUT_SCHEMA_TEMPLATE = """\
+## Final result
+End your plan with a final step #Tool{{n}}: {{tool}} whose #Args{{n}} is a JSON object \
+that fills these fields from earlier steps' results (use references, as in any step):
+{{fields}}"""
+
+REPLAN_TEMPLATE = """\
+## This is a re-plan (plan {{version}})
+Why: {{reason}}
+
+Previous plan:
+{{previous}}
+
+Steps that succeeded (their results are kept: do NOT repeat them; reference them as \
+<step_N>):
+{{succeeded}}
+
+Steps that failed:
+{{failed}}
+
+Lessons so far:
+{{lessons}}
+{{decompose}}
+Write a new plan that reaches the answer, avoiding the failures above. Number the new \
+steps from {{first_id}}."""
+
+DECOMPOSE = (
+    "\nThe evaluator judged the job too complicated for these steps: decompose it "
+    "further, into smaller steps that each do one simple thing.\n"
+)
+
+REPROMPT_TEMPLATE = """\
+Your plan cannot be used as written:
+{{problems}}
+
+Write the whole plan again, fixing these problems. Use only the tools listed, with their \
+argument names, and the plan format given."""
+
+
+@dataclass(frozen=True)
+class ReplanContext:
+    """What a re-plan prompt shows the planner."""
+
+    reason: str
+    """Why a new plan is needed (the failure or the evaluator's verdict)."""
+    version: int = 2
+    """The version of the plan to write."""
+    previous_plan: Plan | None = None
+    """The plan that was run."""
+    previous_text: str = ""
+    """The planner's previous reply."""
+    kept: Mapping[int, tuple[Step, StepResult]] = field(default_factory=dict)
+    """Succeeded steps (with their results) that the new plan may reference."""
+    failed: Sequence[StepResult] = ()
+    """Results of the steps that failed, were blocked or cancelled."""
+    lessons: Sequence[str] = ()
+    """Lessons so far (from failures and the evaluator)."""
+    decompose: bool = False
+    """Ask for a finer decomposition (``JOB_TOO_COMPLICATED``)."""
+
+    @property
+    def first_id(self) -> int:
+        """The first free step number (after the kept steps and the previous plan)."""
+        ids = list(self.kept) + [r.step_id for r in self.failed]
+        if self.previous_plan is not None:
+            ids += list(self.previous_plan.ids)
+        return max(ids, default=0) + 1
+
+
+@dataclass(frozen=True)
+class PlannerOutcome:
+    """What the planner produced."""
+
+    plan: Plan | None
+    """The checked plan (kept steps merged in), or None when no reply held a plan."""
+    text: str
+    """The last reply."""
+    prior: dict[int, StepResult] = field(default_factory=dict)
+    """Results of kept steps to reuse (pass them to the executor as ``prior``)."""
+    replies: tuple[str, ...] = ()
+    """Every reply, in order (the first prompt and each re-prompt)."""
+    error: str | None = None
+    """Why the plan is missing or still has problems after the re-prompts."""
+
+    @property
+    def reprompts(self) -> int:
+        """How many re-prompts were made."""
+        return max(0, len(self.replies) - 1)
+
+
+def _json_type(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return _json_type(defs.get(name, {}), defs) if name in defs else name
+    if "anyOf" in schema:
+        return " | ".join(_json_type(s, defs) for s in schema["anyOf"])
+    typ = schema.get("type")
+    if typ == "array":
+        return f"list[{_json_type(schema.get('items', {}), defs)}]"
+    if typ == "object" and "properties" in schema:
+        inner = ", ".join(f"{k}: {_json_type(v, defs)}" for k, v in schema["properties"].items())
+        return "{" + inner + "}"
+    names = {
+        "string": "str",
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "object": "dict",
+        "null": "None",
+    }
+    if isinstance(typ, str):
+        return names.get(typ, typ)
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    return "any"
+
+
+def schema_fields(schema: Mapping[str, Any]) -> list[str]:
+    """Describe the fields of a JSON schema, one line each: ``- name: type (required) — ...``."""
+    defs = schema.get("$defs", {})
+    required = set(schema.get("required", []))
+    lines = []
+    for name, prop in schema.get("properties", {}).items():
+        need = "required" if name in required else "optional"
+        desc = prop.get("description") or prop.get("title") or ""
+        lines.append(
+            f"- {name}: {_json_type(prop, defs)} ({need})" + (f" — {desc}" if desc else "")
+        )
+    return lines
+
+
+def _tools_section(catalog: ToolCatalog) -> str:
+    lines = []
+    for spec in catalog.specs():
+        sig = spec.signature()
+        if spec.server:
+            sig = f"{spec.server}.{sig}"
+        desc = " ".join((spec.description or "").split())
+        lines.append(f"- {sig}: {desc}" if desc else f"- {sig}")
+    return "\n".join(lines) if lines else "(no tools: use reasoning steps only)"
+
+
+def _same_call(a: Step, b: Step) -> bool:
+    return (
+        a.tool == b.tool
+        and a.server == b.server
+        and to_jsonable(a.args) == to_jsonable(b.args)
+        and to_jsonable(list(a.positional)) == to_jsonable(list(b.positional))
+    )
+
+
+class Planner:
+    """Asks a chat model for a plan and checks it against the tool catalog.
+
+    Args:
+        model: The planner's chat model or `ModelClient` (calls have purpose ``plan``).
+        catalog: The tools plans may call.
+        dialect: The dialect to parse (``auto`` detects it).
+        draft_policy: Which draft to keep when a reply holds several.
+        max_reprompts: Re-prompts with diagnostics, per plan.
+        output_budget: Characters of each kept step's output shown in a re-plan prompt.
+        instructions: Extra instructions for the system prompt.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel | ModelClient,
+        catalog: ToolCatalog,
+        *,
+        dialect: str = "auto",
+        draft_policy: str = "last_complete",
+        max_reprompts: int = 2,
+        output_budget: int = 1500,
+        instructions: str | None = None,
+    ) -> None:
+        client = as_client(model)
+        assert client is not None
+        self.client = client
+        self.catalog = catalog
+        self.dialect = dialect
+        self.draft_policy = draft_policy
+        self.max_reprompts = max_reprompts
+        self.output_budget = output_budget
+        self.instructions = instructions
+
+    # -- prompt -------------------------------------------------------------------------
+
+    def system_prompt(self, *, first_id: int = 1) -> str:
+        """The system prompt: tools, grammar, one worked example, extra instructions."""
+        return fill(
+            SYSTEM_TEMPLATE,
+            tools=_tools_section(self.catalog),
+            grammar=fill(PLAN_GRAMMAR, first_id=str(first_id)),
+            example=EXAMPLE,
+            instructions=f"\n\n## Instructions\n{self.instructions}" if self.instructions else "",
+        )
+
+    def _replan_section(self, ctx: ReplanContext) -> str:
+        previous = ctx.previous_text.strip() or (
+            "\n".join(
+                f"#Task{s.id}: {s.task} [tool {s.tool or 'none'}]" for s in ctx.previous_plan.steps
+            )
+            if ctx.previous_plan is not None
+            else "(none)"
+        )
+        succeeded = [
+            f"- <step_{sid}> ({step.tool or 'reasoning'}: {step.task or 'no task text'}) "
+            f"args {json.dumps(to_jsonable(step.args), ensure_ascii=False)} → output: "
+            f"{cut(result.output, self.output_budget)}"
+            for sid, (step, result) in sorted(ctx.kept.items())
+        ]
+        failed = [
+            f"- step {r.step_id} ({r.tool or 'reasoning'}) {r.status}"
+            + (f" {r.error_kind}" if r.error_kind else "")
+            + f": {r.error or r.note or 'no message'}"
+            for r in sorted(ctx.failed, key=lambda r: r.step_id)
+        ]
+        return fill(
+            REPLAN_TEMPLATE,
+            version=str(ctx.version),
+            reason=ctx.reason,
+            previous=previous,
+            succeeded="\n".join(succeeded) or "(none)",
+            failed="\n".join(failed) or "(none)",
+            lessons="\n".join(f"- {x}" for x in ctx.lessons) or "(none)",
+            decompose=DECOMPOSE if ctx.decompose else "",
+            first_id=str(ctx.first_id),
+        )
+
+    def messages(
+        self,
+        question: str,
+        *,
+        context: ReplanContext | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+    ) -> list[BaseMessage]:
+        """The messages of the first prompt for ``question`` (a re-plan with ``context``)."""
+        first_id = context.first_id if context is not None else 1
+        parts = [fill("Question: {{question}}", question=question)]
+        if output_schema is not None:
+            parts.append(
+                fill(
+                    OUTPUT_SCHEMA_TEMPLATE,
+                    n="N",
+                    tool=FINAL_STEP_TOOL,
+                    fields="\n".join(schema_fields(output_schema)) or "(no fields)",
+                )
+            )
+        if context is not None:
+            parts.append(self._replan_section(context))
+        return [
+            SystemMessage(content=self.system_prompt(first_id=first_id)),
+            HumanMessage(content="\n\n".join(parts)),
+        ]
+
+    # -- parse and check ----------------------------------------------------------------
+
+    def _parse(self, text: str) -> tuple[Plan | None, str | None]:
+        from planexec.parsing import parse_plan
+
+        try:
+            plan = parse_plan(text, self.dialect, draft_policy=self.draft_policy)
+        except PlanParseError as exc:
+            return None, str(exc)
+        if not plan.steps:
+            return None, "the reply holds no steps"
+        return plan, None
+
+    def _merge(
+        self, plan: Plan, kept: Mapping[int, tuple[Step, StepResult]], run_id: str
+    ) -> tuple[Plan, dict[int, StepResult], list[Diagnostic]]:
+        prior: dict[int, StepResult] = {}
+        extra: list[Diagnostic] = []
+        new_ids = set(plan.ids)
+        carried: list[Step] = []
+        for sid, (step, result) in sorted(kept.items()):
+            if sid not in new_ids:
+                carried.append(step)
+                prior[sid] = result
+                continue
+            if _same_call(plan.step(sid), step):
+                prior[sid] = result
+                continue
+            message = (
+                f"step {sid} was rewritten by the new plan; the kept result of the earlier "
+                f"step {sid} ({step.tool or 'reasoning'}) is not reused"
+            )
+            run_log(run_id, step_id=sid).warning(message)
+            extra.append(Diagnostic(None, Severity.WARNING, "KEPT_STEP_REPLACED", message, sid))
+        if carried:
+            steps = tuple(sorted((*carried, *plan.steps), key=lambda s: s.id))
+            # The structural checks of parse_plan ran without the kept steps; drop their
+            # missing-step findings (check_plan runs again on the merged plan and keeps
+            # those that still hold).
+            diagnostics = tuple(d for d in plan.diagnostics if d.code not in _MISSING_CODES)
+            plan = replace(plan, steps=steps, diagnostics=diagnostics)
+        return plan, prior, extra
+
+    def _check(self, plan: Plan, catalog: ToolCatalog) -> Plan:
+        from planexec.parsing import check_plan
+
+        return check_plan(plan, catalog)
+
+    def problems(self, plan: Plan, catalog: ToolCatalog | None = None) -> list[str]:
+        """Why ``plan`` needs a re-prompt: its error diagnostics and its unknown tools."""
+        catalog = catalog or self.catalog
+        out = [str(d) for d in plan.errors]
+        for step in plan.steps:
+            if step.tool is None:
+                continue
+            if not catalog.has(step.tool, step.server):
+                if any(d.step == step.id and "TOOL" in d.code for d in plan.errors):
+                    continue
+                close = catalog.suggest(step.tool)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                out.append(f"step {step.id}: unknown tool {step.tool!r}{hint}")
+        return out
+
+    # -- the call -----------------------------------------------------------------------
+
+    async def plan(
+        self,
+        question: str,
+        *,
+        context: ReplanContext | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        client: ModelClient | None = None,
+        run_id: str = "-",
+        bus: EventBus | None = None,
+        catalog: ToolCatalog | None = None,
+    ) -> PlannerOutcome:
+        """Ask for a plan, re-prompting with the diagnostics within ``max_reprompts``.
+
+        Args:
+            question: The user's question.
+            context: For a re-plan: what happened so far.
+            output_schema: A JSON schema the final step's args must fill (typed output).
+            client: The run-bound client to call (defaults to the planner's own).
+            run_id: For logs and events.
+            bus: Where `FallbackUsed` events for re-prompts go.
+            catalog: The catalog to check against (default: the planner's; the agent
+                passes one that also holds the ``final_answer`` tool of a typed output).
+
+        Raises:
+            ModelError: the model call failed after its retries.
+            CircuitOpenError: the model's breaker is open.
+        """
+        client = client or self.client
+        catalog = catalog or self.catalog
+        kept = dict(context.kept) if context is not None else {}
+        messages = self.messages(question, context=context, output_schema=output_schema)
+        replies: list[str] = []
+        best: tuple[Plan | None, dict[int, StepResult], str | None] = (None, {}, None)
+        for round_ in range(self.max_reprompts + 1):
+            text = await client.complete(messages, purpose="plan")
+            replies.append(text)
+            plan, error = self._parse(text)
+            problems: list[str]
+            prior: dict[int, StepResult] = {}
+            if plan is None:
+                problems = [error or "no plan found"]
+            else:
+                plan, prior, extra = self._merge(plan, kept, run_id)
+                plan = self._check(plan, catalog)
+                if extra:
+                    plan = plan.with_diagnostics(extra)
+                problems = self.problems(plan, catalog)
+            if plan is not None:
+                best = (plan, prior, "; ".join(problems) or None)
+            elif best[0] is None:
+                best = (None, {}, "; ".join(problems))
+            if not problems:
+                break
+            if round_ == self.max_reprompts:
+                break
+            message = (
+                f"plan reply {round_ + 1} has problems; re-prompting with the diagnostics: "
+                + "; ".join(problems)[:500]
+            )
+            run_log(run_id).warning(message)
+            if bus is not None:
+                await bus.emit(
+                    FallbackUsed(run_id=run_id, step_id=None, code="PLAN_REPROMPT", message=message)
+                )
+            messages = [
+                *messages,
+                AIMessage(content=text),
+                HumanMessage(
+                    content=fill(REPROMPT_TEMPLATE, problems="\n".join(f"- {p}" for p in problems))
+                ),
+            ]
+        plan, prior, error = best
+        return PlannerOutcome(plan, replies[-1], prior, tuple(replies), error)

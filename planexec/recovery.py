@@ -1,0 +1,449 @@
+"""Typed recovery: which action a failure gets, the budgets, and the run limits.
+
+The policy is a table from `ErrorKind` to an `Action`, with the defaults of
+docs/recovery.md, overridable per kind. `RecoveryPolicy.decide` applies the table to one
+`Failure` and then the rules that no table can express:
+
+- a failure of kind ``UPSTREAM_FAILED`` follows its cause (the failed step it refers to);
+- ``RETRY_STEP`` is only for safe tools (read-only or idempotent, never destructive);
+  an unsafe tool's failure re-plans instead;
+- when an action's budget is spent it escalates: ``RERESOLVE``/``RETRY_STEP`` →
+  ``REPLAN`` → ``STOP``;
+- the early re-plan: when the same argument of the same tool fails the same way twice,
+  ``REPLAN`` instead of spending the rest of the re-resolution budget.
+
+`Limits` implements the executor's ``guard`` hook: total steps, per-tool calls and
+repeated sequences of tool calls. Hitting one fails the step with ``LIMIT_EXCEEDED``
+(a message naming the limit), which stops the run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from planexec.errors import ErrorKind
+from planexec.results import StepResult
+
+if TYPE_CHECKING:
+    from planexec.config import LimitSettings, RecoverySettings
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "Action",
+    "Decision",
+    "Failure",
+    "Limits",
+    "RecoveryPolicy",
+    "RecoveryState",
+    "combine_decisions",
+]
+
+
+class Action(StrEnum):
+    """What the agent does about a failure."""
+
+    RERESOLVE = "RERESOLVE"
+    """Resolve the step's arguments again, with the failure as feedback."""
+    RETRY_STEP = "RETRY_STEP"
+    """Run the step again as it is (safe tools only)."""
+    REPLAN = "REPLAN"
+    """Ask the planner for a new plan; succeeded steps are kept."""
+    STOP = "STOP"
+    """End the run."""
+
+
+_SEVERITY = {Action.RERESOLVE: 0, Action.RETRY_STEP: 0, Action.REPLAN: 1, Action.STOP: 2}
+
+DEFAULT_POLICY: Mapping[ErrorKind, Action] = {
+    ErrorKind.PLAN_PARSE: Action.REPLAN,
+    ErrorKind.UNKNOWN_TOOL: Action.REPLAN,
+    ErrorKind.ARGS_SYNTAX: Action.REPLAN,
+    ErrorKind.MISSING_REFERENCE: Action.REPLAN,
+    ErrorKind.UPSTREAM_FAILED: Action.REPLAN,  # only when the cause is unknown
+    ErrorKind.RESOLUTION_FAILED: Action.RERESOLVE,
+    ErrorKind.ARGS_INVALID: Action.RERESOLVE,
+    ErrorKind.TOOL_ERROR: Action.RETRY_STEP,
+    ErrorKind.TOOL_TIMEOUT: Action.RETRY_STEP,
+    ErrorKind.EMPTY_OUTPUT: Action.RETRY_STEP,
+    ErrorKind.MODEL_ERROR: Action.RETRY_STEP,
+    ErrorKind.CIRCUIT_OPEN: Action.REPLAN,
+    ErrorKind.LIMIT_EXCEEDED: Action.STOP,
+    ErrorKind.CANCELLED: Action.STOP,
+    ErrorKind.UNKNOWN_OUTCOME: Action.STOP,
+    ErrorKind.EVALUATION_FAILED: Action.REPLAN,
+    ErrorKind.OUTPUT_MISSING_STEP: Action.REPLAN,
+    ErrorKind.OUTPUT_ARGS_MISSING: Action.REPLAN,
+    ErrorKind.OUTPUT_INVALID: Action.RERESOLVE,
+    ErrorKind.OUTPUT_UNEXPECTED: Action.RERESOLVE,
+}
+"""The default action per error kind (the table of docs/recovery.md)."""
+
+_NEVER_OVERRIDDEN = (ErrorKind.CANCELLED,)
+_EMPTY_OUTPUT_RETRIES = 1
+
+_ARG_LIST = re.compile(
+    r"\b(?:positional )?arguments? ((?:['\"`][A-Za-z_#][\w.\[\]]*['\"`](?:, | and )?)+)"
+)
+_ARG_NAME = re.compile(r"['\"`]([A-Za-z_#][\w.\[\]]*)['\"`]")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|input_value=\S+")
+_NUMBER = re.compile(r"\d+")
+
+
+def _args_named(message: str) -> tuple[str, ...]:
+    """The argument names a failure message quotes (``argument 'x'``, ``arguments 'a', 'b'``)."""
+    found: set[str] = set()
+    for m in _ARG_LIST.finditer(message):
+        found.update(_ARG_NAME.findall(m.group(1)))
+    return tuple(sorted(found))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failure the agent must answer: a failed step, a plan without steps, a verdict."""
+
+    kind: ErrorKind
+    """What kind of failure it is."""
+    message: str
+    """The failure's message (it names the step, the argument and the cause)."""
+    step_id: int | None = None
+    """The failed step, if any."""
+    tool: str | None = None
+    """The step's tool, if any."""
+    args: tuple[str, ...] = ()
+    """The arguments the failure is about, when known."""
+    safe: bool = False
+    """Whether the step's tool is safe to run again (read-only/idempotent, not destructive)."""
+    plan_version: int = 1
+    """The plan the failure happened in."""
+    cause: Failure | None = None
+    """For ``UPSTREAM_FAILED``: the failure of the step it depends on."""
+
+    @classmethod
+    def from_result(
+        cls,
+        result: StepResult,
+        *,
+        safe: bool = False,
+        plan_version: int = 1,
+        cause: Failure | None = None,
+    ) -> Failure:
+        """Build the failure of a step result that did not succeed."""
+        kind = result.error_kind or ErrorKind.TOOL_ERROR
+        message = result.error or f"step {result.step_id} ended {result.status}"
+        return cls(
+            kind=kind,
+            message=message,
+            step_id=result.step_id,
+            tool=result.tool,
+            args=_args_named(message),
+            safe=safe or result.tool is None,  # a reasoning step has no side effects
+            plan_version=plan_version,
+            cause=cause,
+        )
+
+    @property
+    def signature(self) -> tuple[str | None, str, tuple[str, ...], str]:
+        """What "failing the same way" compares: tool, kind, arguments and the message shape.
+
+        Quoted values and numbers are blanked out of the message, so a re-resolution
+        that produces another wrong value for the same argument counts as the same way.
+        """
+        shape = _NUMBER.sub("#", _QUOTED.sub("…", self.message))
+        return (self.tool, str(self.kind), self.args, shape if not self.args else "")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action chosen for a failure, and why."""
+
+    action: Action
+    """What to do."""
+    reason: str
+    """Why, in words (the failure, the rule, the budget)."""
+    failure: Failure | None = None
+    """The failure decided on."""
+
+    @property
+    def step_id(self) -> int | None:
+        """The step concerned, if any."""
+        return self.failure.step_id if self.failure else None
+
+    @property
+    def kind(self) -> ErrorKind | None:
+        """The error kind decided on, if any."""
+        return self.failure.kind if self.failure else None
+
+
+@dataclass
+class RecoveryState:
+    """What a run has spent so far; `RecoveryPolicy.decide` reads and updates it."""
+
+    replans: int = 0
+    """Re-plans made."""
+    reresolutions: Counter[tuple[int, int]] = field(default_factory=Counter)
+    """Re-resolutions per (plan version, step)."""
+    retries: Counter[tuple[int, int]] = field(default_factory=Counter)
+    """Agent-level re-runs per (plan version, step)."""
+    seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    """How often each failure signature was seen (for the early re-plan)."""
+    decisions: list[Decision] = field(default_factory=list)
+    """Every decision, in order."""
+
+    def note_replan(self) -> None:
+        """Count one re-plan (the agent calls this when it actually re-plans)."""
+        self.replans += 1
+
+
+class RecoveryPolicy:
+    """The table from error kind to action, the budgets, and the rules around them.
+
+    Args:
+        table: The whole table (replaces the defaults); missing kinds take the default.
+        overrides: Actions that override single entries of ``table``.
+        max_replans: Re-plans per run.
+        max_reresolutions_per_step: Re-resolutions of one step, per plan.
+        max_retries_per_step: Agent-level re-runs of one step, per plan.
+        early_replan: Re-plan when the same failure signature is seen twice.
+    """
+
+    def __init__(
+        self,
+        table: Mapping[ErrorKind, Action] | None = None,
+        *,
+        overrides: Mapping[ErrorKind, Action] | Mapping[str, str] | None = None,
+        max_replans: int = 3,
+        max_reresolutions_per_step: int = 2,
+        max_retries_per_step: int = 1,
+        early_replan: bool = True,
+    ) -> None:
+        merged = dict(DEFAULT_POLICY)
+        merged.update(table or {})
+        for kind, action in (overrides or {}).items():
+            merged[ErrorKind(kind)] = Action(action)
+        for kind in _NEVER_OVERRIDDEN:
+            merged[kind] = Action.STOP
+        self.table: dict[ErrorKind, Action] = merged
+        """The effective table."""
+        self.max_replans = max_replans
+        self.max_reresolutions_per_step = max_reresolutions_per_step
+        self.max_retries_per_step = max_retries_per_step
+        self.early_replan = early_replan
+
+    @classmethod
+    def from_settings(cls, settings: RecoverySettings) -> RecoveryPolicy:
+        """Build the policy of an `AgentConfig`'s ``recovery`` section."""
+        return cls(
+            overrides=settings.policy,
+            max_replans=settings.max_replans,
+            max_reresolutions_per_step=settings.max_reresolutions_per_step,
+            max_retries_per_step=settings.max_retries_per_step,
+            early_replan=settings.early_replan,
+        )
+
+    def action_for(self, kind: ErrorKind) -> Action:
+        """The table's action for ``kind``."""
+        return self.table.get(kind, Action.REPLAN)
+
+    def decide(
+        self, failure: Failure, state: RecoveryState, *, can_replan: bool = True
+    ) -> Decision:
+        """Choose the action for ``failure`` and count it in ``state``.
+
+        Call it once per failure: it records the failure's signature and spends the
+        per-step budget of the action it returns (``RERESOLVE``, ``RETRY_STEP``). The
+        re-plan budget is spent by `RecoveryState.note_replan`, once per actual re-plan.
+
+        Args:
+            failure: The failure.
+            state: The run's recovery state.
+            can_replan: False when there is no planner (a given plan): ``REPLAN`` stops.
+        """
+        if failure.kind is ErrorKind.UPSTREAM_FAILED and failure.cause is not None:
+            inner = self.decide(failure.cause, state, can_replan=can_replan)
+            decision = Decision(
+                inner.action,
+                f"step {failure.step_id} depends on a failed step; follows its cause: "
+                f"{inner.reason}",
+                failure,
+            )
+        else:
+            decision = self._decide(failure, state, can_replan)
+        state.decisions.append(decision)
+        return decision
+
+    def _decide(self, failure: Failure, state: RecoveryState, can_replan: bool) -> Decision:
+        kind = failure.kind
+        action = self.action_for(kind)
+        where = f"step {failure.step_id}" if failure.step_id is not None else "the run"
+        tool = f" ({failure.tool})" if failure.tool else ""
+        state.seen[failure.signature] += 1
+        times = state.seen[failure.signature]
+        key = (failure.plan_version, failure.step_id if failure.step_id is not None else -1)
+        reason = f"{kind} at {where}{tool}: policy {kind} → {action}"
+
+        if action is Action.RERESOLVE:
+            if failure.step_id is None:
+                action, reason = Action.REPLAN, f"{kind} at {where}: nothing to re-resolve"
+            elif self.early_replan and times >= 2:
+                what = ", ".join(failure.args) or "the same argument"
+                action = Action.REPLAN
+                reason = (
+                    f"{kind} at {where}{tool}: {what} failed the same way {times} times; "
+                    "re-planning early instead of re-resolving again"
+                )
+            elif state.reresolutions[key] >= self.max_reresolutions_per_step:
+                action = Action.REPLAN
+                reason = (
+                    f"{kind} at {where}{tool}: re-resolution budget "
+                    f"({self.max_reresolutions_per_step} per step) spent"
+                )
+            else:
+                state.reresolutions[key] += 1
+                reason = (
+                    f"{kind} at {where}{tool}: re-resolving with the error as feedback "
+                    f"({state.reresolutions[key]}/{self.max_reresolutions_per_step})"
+                )
+        elif action is Action.RETRY_STEP:
+            budget = self.max_retries_per_step
+            if kind is ErrorKind.EMPTY_OUTPUT:
+                budget = min(budget, _EMPTY_OUTPUT_RETRIES)
+            if failure.step_id is None:
+                action, reason = Action.REPLAN, f"{kind} at {where}: nothing to retry"
+            elif not failure.safe:
+                action = Action.REPLAN
+                reason = (
+                    f"{kind} at {where}{tool}: the tool is not marked safe "
+                    "(read-only or idempotent), so it is never retried; re-planning"
+                )
+            elif state.retries[key] >= budget:
+                action = Action.REPLAN
+                reason = f"{kind} at {where}{tool}: retry budget ({budget} per step) spent"
+            else:
+                state.retries[key] += 1
+                reason = (
+                    f"{kind} at {where}{tool}: safe tool, retrying ({state.retries[key]}/{budget})"
+                )
+
+        if action is Action.REPLAN:
+            if not can_replan:
+                action = Action.STOP
+                reason += "; no planner to re-plan with, stopping"
+            elif state.replans >= self.max_replans:
+                action = Action.STOP
+                reason += f"; re-plan budget ({self.max_replans}) spent, stopping"
+        elif action is Action.STOP and "policy" in reason:
+            reason = f"{kind} at {where}{tool}: stopping the run"
+        return Decision(action, reason, failure)
+
+
+def combine_decisions(decisions: Sequence[Decision]) -> Action | None:
+    """The action for a round of failures: STOP beats REPLAN beats per-step actions.
+
+    Returns None when there is nothing to do. When the result is ``RERESOLVE`` or
+    ``RETRY_STEP``, every step re-runs with its own decision.
+    """
+    if not decisions:
+        return None
+    top = max(decisions, key=lambda d: _SEVERITY[d.action]).action
+    return top
+
+
+class Limits:
+    """Run limits, as the executor's ``guard`` hook: ``guard(step, tool) -> message | None``.
+
+    - ``max_steps``: steps admitted in the run (the executor asks before each tool call;
+      re-runs included);
+    - ``per_tool_limits``: calls of one tool in the run;
+    - ``sequence_limits``: how often a pattern of consecutive tool calls (such as
+      ``[search, fetch]``) may occur in the run's sequence of tool calls, counted without
+      overlap, in call order, across re-plans.
+
+    A refused step is not counted. The message names the limit.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_steps: int | None = None,
+        per_tool_limits: Mapping[str, int] | None = None,
+        sequence_limits: Iterable[tuple[Sequence[str], int]] = (),
+    ) -> None:
+        self.max_steps = max_steps
+        self.per_tool_limits = dict(per_tool_limits or {})
+        self.sequence_limits = [(tuple(p), n) for p, n in sequence_limits]
+        self.steps = 0
+        """Steps admitted so far."""
+        self.calls: list[str] = []
+        """Tool names admitted so far, in order."""
+        self.hit: str | None = None
+        """The message of the last limit hit, if any."""
+
+    @classmethod
+    def from_settings(cls, settings: LimitSettings) -> Limits:
+        """Build the limits of an `AgentConfig`'s ``limits`` section."""
+        return cls(
+            max_steps=settings.max_steps,
+            per_tool_limits=settings.per_tool_limits,
+            sequence_limits=[(s.pattern, s.max_repeats) for s in settings.sequence_limits],
+        )
+
+    @staticmethod
+    def count_pattern(calls: Sequence[str], pattern: Sequence[str]) -> int:
+        """Occurrences of ``pattern`` as consecutive calls in ``calls``, without overlap."""
+        n, i, size = 0, 0, len(pattern)
+        pat = list(pattern)
+        while i + size <= len(calls):
+            if list(calls[i : i + size]) == pat:
+                n += 1
+                i += size
+            else:
+                i += 1
+        return n
+
+    def check(self, tool: str | None) -> str | None:
+        """Return the message of the limit one more step with ``tool`` would exceed."""
+        if self.max_steps is not None and self.steps + 1 > self.max_steps:
+            return (
+                f"limit max_steps={self.max_steps} reached: the run may execute at most "
+                f"{self.max_steps} steps"
+            )
+        if tool is None:
+            return None
+        limit = self.per_tool_limits.get(tool)
+        if limit is not None and self.calls.count(tool) + 1 > limit:
+            return (
+                f"limit per_tool_limits[{tool!r}]={limit} reached: {tool!r} may be "
+                f"called at most {limit} times per run"
+            )
+        candidate = [*self.calls, tool]
+        for pattern, max_repeats in self.sequence_limits:
+            if tool != pattern[-1]:
+                continue
+            count = self.count_pattern(candidate, pattern)
+            if count > max_repeats:
+                shown = " → ".join(pattern)
+                return (
+                    f"limit sequence_limits[{shown}]={max_repeats} reached: the "
+                    f"sequence {shown} would repeat {count} times (at most {max_repeats})"
+                )
+        return None
+
+    def guard(self, step: Any, tool: str | None = None) -> str | None:
+        """The executor hook: admit the step (counting it) or return the limit's message."""
+        if tool is None and step is not None:
+            tool = getattr(step, "tool", None)
+        message = self.check(tool)
+        if message is not None:
+            self.hit = message
+            return message
+        self.steps += 1
+        if tool is not None:
+            self.calls.append(tool)
+        return None
+
+    __call__ = guard

@@ -1,0 +1,482 @@
+"""Scenario files: what to run and what to expect, validated by pydantic.
+
+A scenario is a YAML file (``*.scenario.yaml``) holding a question, the tools, the model
+(a cassette or scripted replies), optional config overrides and a plan to execute
+directly, and the expectations the run must meet. Every model here forbids unknown keys,
+so a misspelt expectation is an error, never an expectation silently not checked.
+
+Example::
+
+    name: chiller sensors
+    tags: [demo, hashstep]
+    question: Which sensors does Chiller 6 at MAIN have?
+    tools: {module: "planexec.examples.tools:demo_tools"}
+    model:
+      replies:
+        - |
+          #Task1: List the sensors of Chiller 6.
+          #Tool1: sensors
+          #Args1: {"site_name": "MAIN", "asset_id": "CWC04006"}
+          #Dependency1: None
+          #ExpectedOutput1: The sensors.
+        - Chiller 6 has 8 sensors.
+    expect:
+      status: SUCCEEDED
+      plan: {steps: 1, tools: [sensors]}
+      tool_calls:
+        - tool: sensors
+          args: {asset_id: CWC04006, site_name: {regex: "^MAIN$"}}
+      answer: {contains: "8 sensors"}
+      max_llm_calls: 2
+
+`scenario_json_schema` gives the JSON Schema of the file (published as
+``docs/scenario.schema.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from planexec.config import AgentConfig
+from planexec.errors import ConfigError, ErrorKind
+from planexec.recovery import Action
+from planexec.results import ResolutionMethod, RunStatus, StepStatus
+
+__all__ = [
+    "SCENARIO_SUFFIX",
+    "TYPE_NAMES",
+    "AnswerExpectation",
+    "Expectations",
+    "FakeTool",
+    "Matcher",
+    "MCPTools",
+    "ModelSpec",
+    "ModuleTools",
+    "PlanExpectation",
+    "RecoveryExpectation",
+    "Scenario",
+    "StepExpectation",
+    "ToolCallExpectation",
+    "Value",
+    "as_matcher",
+    "load_scenario",
+    "scenario_name",
+    "scenario_json_schema",
+]
+
+SCENARIO_SUFFIX = ".scenario.yaml"
+"""The file name ending of scenario files (collected by the pytest plugin)."""
+
+TYPE_NAMES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (float, int),
+    "number": (float, int),
+    "bool": (bool,),
+    "list": (list, tuple),
+    "dict": (dict,),
+    "null": (type(None),),
+    "any": (object,),
+}
+"""Type names usable in fake tool ``args`` and in ``type`` matchers."""
+
+TypeName = Literal["str", "int", "float", "number", "bool", "list", "dict", "null", "any"]
+"""A type name (see `TYPE_NAMES`)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+# --------------------------------------------------------------------------- matchers
+
+
+class Matcher(_Strict):
+    """A check on one value. Every key given must hold (they are combined with *and*).
+
+    A plain value (string, number, boolean, null or list) where a matcher is expected
+    means ``{equals: value}``; to compare against a mapping, write ``{equals: {...}}``.
+    """
+
+    equals: Any = None
+    """The value must equal this (JSON equality; ``1`` equals ``1.0``)."""
+    subset: Any = None
+    """A mapping (or list) the value must contain: every key given, recursively."""
+    json_subset: Any = None
+    """The value is a string holding JSON (maybe in a code fence or in prose) that
+    contains this subset."""
+    contains: str | list[str] | None = None
+    """The value (a string, or a list's items) contains this text, or each of these."""
+    not_contains: str | list[str] | None = None
+    """The value contains none of these texts (case-sensitive)."""
+    regex: str | None = None
+    """A regular expression that must match somewhere in the value (``re.search``)."""
+    type: TypeName | None = None
+    """The value's JSON type."""
+    absent: bool | None = None
+    """``true``: the value must be missing (an argument not passed); ``false``: present."""
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Matcher:
+        if not self.given():
+            raise ValueError(
+                "a matcher needs at least one of: equals, subset, json_subset, contains, "
+                "not_contains, regex, type, absent"
+            )
+        return self
+
+    def given(self) -> dict[str, Any]:
+        """The checks actually given, by key (an explicit ``equals: null`` included)."""
+        out = {k: v for k, v in self.model_dump(exclude_none=True).items()}
+        if "equals" in self.model_fields_set:
+            out["equals"] = self.equals
+        return out
+
+
+Value = Matcher | str | int | float | bool | list[Any] | None
+"""A matcher, or a plain value meaning ``{equals: value}``."""
+
+
+def as_matcher(value: Value) -> Matcher:
+    """Turn a plain value into ``Matcher(equals=value)``; a matcher stays as it is."""
+    if isinstance(value, Matcher):
+        return value
+    return Matcher(equals=value)
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class FakeTool(_Strict):
+    """An inline fake tool (built with `planexec.testing.fake_tool`)."""
+
+    name: str = Field(min_length=1)
+    """The tool's name."""
+    description: str | None = None
+    """Its description, shown to the planner."""
+    args: dict[str, str] = Field(default_factory=dict)
+    """Argument names and type names (``str``, ``int``, ``float``, ``bool``, ``list``,
+    ``dict``, ``any``); a trailing ``?`` (``str?``) makes the argument optional."""
+    output: Any = None
+    """What the tool returns (any YAML value; a dict stays a dict)."""
+    error: str | None = None
+    """Raise this message (every call, or the first ``fail_times`` calls)."""
+    fail_times: int = Field(default=0, ge=0)
+    """With ``error``: fail only this many times, then return ``output``."""
+    latency: float = Field(default=0.0, ge=0, le=10)
+    """Seconds to wait (asynchronously) before answering."""
+    hints: dict[str, bool] = Field(default_factory=dict)
+    """Safety hints: ``read_only``, ``idempotent``, ``destructive``, or ``server``."""
+    server: str | None = None
+    """The server the tool belongs to (``#ServerN`` / ``server.tool`` in plans)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> FakeTool:
+        for arg, tname in self.args.items():
+            base = tname.removesuffix("?")
+            if base not in TYPE_NAMES:
+                raise ValueError(
+                    f"tool {self.name!r}: argument {arg!r} has unknown type {tname!r}; "
+                    f"use one of {', '.join(TYPE_NAMES)} (add '?' for optional)"
+                )
+        unknown = set(self.hints) - {"read_only", "idempotent", "destructive"}
+        if unknown:
+            raise ValueError(f"tool {self.name!r}: unknown hints {sorted(unknown)}")
+        return self
+
+
+class ModuleTools(_Strict):
+    """Tools from ``MODULE:ATTR``: a list of tools, or a zero-argument function giving one."""
+
+    module: str = Field(pattern=r"^[\w.]+:[\w.]+$")
+    """E.g. ``planexec.examples.tools:demo_tools`` (a fresh work-order book per run)."""
+    fake: list[FakeTool] = Field(default_factory=list)
+    """Extra inline fake tools, added after the module's."""
+
+
+class MCPTools(_Strict):
+    """Tools from MCP servers, started for the run and closed after it."""
+
+    mcp_config: str
+    """The MCP configuration (``{"mcpServers": ...}``), relative to the scenario file."""
+    servers: list[str] | None = None
+    """Only these servers (all by default)."""
+    fake: list[FakeTool] = Field(default_factory=list)
+    """Extra inline fake tools, added after the servers'."""
+
+
+ToolSource = ModuleTools | MCPTools | list[FakeTool]
+"""``{module: ...}``, ``{mcp_config: ...}``, or a list of inline fake tools."""
+
+
+# --------------------------------------------------------------------------- model
+
+
+class ScriptedReplies(_Strict):
+    """Scripted replies, served in order by `planexec.testing.ScriptedChatModel`."""
+
+    replies: list[str] = Field(default_factory=list)
+    """Replies in the order the run asks for them (plan, fallbacks, reasoning, answer)."""
+
+
+class ModelSpec(_Strict):
+    """The model: a cassette, or scripted replies.
+
+    With ``cassette``, ``planexec regress --record`` records the cassette against
+    ``record_with``; otherwise the cassette is replayed and a request not in it fails
+    the scenario with a diff against the closest recorded request.
+    """
+
+    cassette: str | None = None
+    """A cassette file (``format: planexec-cassette``), relative to the scenario file."""
+    replies: list[str] | None = None
+    """Scripted replies, in order (instead of a cassette)."""
+    record_with: str | ScriptedReplies | None = None
+    """What ``--record`` records against: a model spec (``openai:gpt-4o-mini``, or
+    ``replay:PATH`` for a replies file relative to the scenario) or scripted replies."""
+    strict: bool = True
+    """Fail when replies or cassette entries are left unused, or the script ran out."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.cassette is None) == (self.replies is None):
+            raise ValueError("model: give exactly one of 'cassette' or 'replies'")
+        if self.record_with is not None and self.cassette is None:
+            raise ValueError("model: 'record_with' needs a 'cassette' to record into")
+        return self
+
+
+# --------------------------------------------------------------------------- expectations
+
+
+class PlanExpectation(_Strict):
+    """The shape of a plan (the last one tried, or ``version``)."""
+
+    version: int | None = Field(default=None, ge=1)
+    """Which plan attempt (1 = the first); the last one by default."""
+    usable: bool | None = None
+    """``false``: the planner's reply held no usable plan (``PLAN_PARSE``)."""
+    steps: int | None = Field(default=None, ge=0)
+    """How many steps it has."""
+    tools: list[str | None] | None = None
+    """Its tools in plan order (``none``/null for a reasoning step)."""
+    dialect: Literal["hashstep", "rewoo", "llmcompiler"] | None = None
+    """The dialect it was written in."""
+    diagnostics: list[str] = Field(default_factory=list)
+    """Diagnostic codes that must be present (e.g. ``ARGS_REPAIRED``)."""
+    no_errors: bool | None = None
+    """``true``: the plan has no error diagnostics."""
+
+
+class ToolCallExpectation(_Strict):
+    """Calls of one tool, with argument matchers."""
+
+    tool: str
+    """The tool's name."""
+    args: dict[str, Value] = Field(default_factory=dict)
+    """Argument matchers; arguments not named are not checked."""
+    times: int | None = Field(default=None, ge=0)
+    """Exactly this many matching calls (``0``: never called so); at least one otherwise."""
+
+
+class StepExpectation(_Strict):
+    """One step's result (its latest, across plan attempts, unless ``version``)."""
+
+    id: int
+    """The step's number."""
+    version: int | None = Field(default=None, ge=1)
+    """Look at the result in this plan attempt rather than the latest."""
+    tool: str | None = None
+    """The tool the step called."""
+    status: StepStatus | None = None
+    """How it ended."""
+    error_kind: ErrorKind | None = None
+    """Its error kind."""
+    error: Value = None
+    """A matcher on its error message."""
+    note: Value = None
+    """A matcher on its note."""
+    args: dict[str, Value] = Field(default_factory=dict)
+    """Matchers on the arguments it was called with."""
+    resolution: dict[str, ResolutionMethod] = Field(default_factory=dict)
+    """How each named argument was resolved."""
+    output: Value = None
+    """A matcher on its structured output."""
+    attempts: int | None = Field(default=None, ge=0)
+    """Tool call attempts (retries included)."""
+    llm_calls: int | None = Field(default=None, ge=0)
+    """Model calls made for the step."""
+
+
+class RecoveryExpectation(_Strict):
+    """One recovery decision (from the run's ``RecoveryDecided`` events)."""
+
+    action: Action
+    """The action chosen."""
+    kind: ErrorKind | None = None
+    """The error kind decided on."""
+    step: int | None = None
+    """The step concerned."""
+
+
+AnswerExpectation = Matcher
+"""The answer is checked by a `Matcher` (``equals``, ``contains``, ``regex``, ``json_subset``)."""
+
+
+class Expectations(_Strict):
+    """Everything a run must show. Only what is given is checked."""
+
+    status: RunStatus | None = None
+    """How the run ended (``SUCCEEDED``, ``FAILED``, ...)."""
+    error_kind: ErrorKind | None = None
+    """The kind of the failure that ended the run."""
+    error: Value = None
+    """A matcher on the run's error message."""
+    plan: PlanExpectation | None = None
+    """The plan's shape."""
+    plans: list[PlanExpectation] = Field(default_factory=list)
+    """Shapes of several plan attempts (give each a ``version``)."""
+    plan_attempts: int | None = Field(default=None, ge=0)
+    """How many plans were tried (1 + re-plans)."""
+    tool_calls: list[ToolCallExpectation] = Field(default_factory=list)
+    """Tool calls with argument matchers."""
+    tool_sequence: list[str] | None = None
+    """The exact sequence of tool calls, in call order (retries included)."""
+    steps: list[StepExpectation] = Field(default_factory=list)
+    """Step results."""
+    recovery: list[RecoveryExpectation] | None = None
+    """The exact sequence of recovery decisions (``[]``: none)."""
+    fallbacks: list[str] = Field(default_factory=list)
+    """Codes of ``FallbackUsed`` events that must have been emitted."""
+    answer: Value = None
+    """A matcher on the prose answer."""
+    output: Value = None
+    """A matcher on the typed output (as JSON data)."""
+    max_llm_calls: int | None = Field(default=None, ge=0)
+    """At most this many model calls, all purposes."""
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    """At most this many tool call attempts."""
+    llm_calls: dict[str, int] = Field(default_factory=dict)
+    """Exactly this many model calls for each purpose named (``plan``, ``resolve``,
+    ``reason``, ``evaluate``, ``answer``)."""
+
+
+# --------------------------------------------------------------------------- scenario
+
+
+class Scenario(_Strict):
+    """One regression scenario."""
+
+    name: str = ""
+    """Its name (the file name without ``.scenario.yaml`` by default)."""
+    description: str = ""
+    """What it checks and why."""
+    tags: list[str] = Field(default_factory=list)
+    """Tags, for ``--filter``."""
+    skip: str | None = None
+    """Skip it, with this reason."""
+    question: str = ""
+    """The question (required unless ``plan`` is given)."""
+    tools: ToolSource = Field(default_factory=list)
+    """The tools."""
+    model: ModelSpec | None = None
+    """The model; None runs ``plan`` without one (no fallback, no reasoning, no answer)."""
+    plan: str | None = None
+    """A plan to execute directly (no planner, no re-plan)."""
+    config: AgentConfig = Field(default_factory=AgentConfig)
+    """Overrides of the agent's settings (`planexec.config.AgentConfig`)."""
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds the run may take."""
+    expect: Expectations = Field(default_factory=Expectations)
+    """What the run must show."""
+    _path: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        if not self.question and self.plan is None:
+            raise ValueError("a scenario needs a 'question' (or a 'plan' to execute)")
+        if self.model is None and self.plan is None:
+            raise ValueError("a scenario without a 'model' needs a 'plan' to execute")
+        return self
+
+    @property
+    def path(self) -> str | None:
+        """Where the scenario was read from (set by `load_scenario`), if from a file."""
+        return self._path
+
+    def with_path(self, path: str | Path | None) -> Scenario:
+        """A copy that reads relative paths from ``path``'s folder."""
+        copy = self.model_copy()
+        copy._path = None if path is None else str(path)
+        return copy
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths are read from (the file's folder, or the cwd)."""
+        return Path(self.path).parent if self.path else Path.cwd()
+
+    def resolve_path(self, relative: str) -> Path:
+        """A path from the file, made absolute against `base_dir`."""
+        p = Path(relative).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown key {loc!r}")
+        else:
+            lines.append(f"{loc}: {err['msg']}")
+    return f"invalid scenario {source}:\n  " + "\n  ".join(dict.fromkeys(lines))
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read and validate a scenario file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or does not validate (the
+            message names each wrong key).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read scenario {str(p)!r}: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"scenario {str(p)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"scenario {str(p)!r}: the top level must be a mapping")
+    data.setdefault("name", scenario_name(p))
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, repr(str(p)))) from exc
+    return scenario.with_path(p)
+
+
+def scenario_name(path: str | Path) -> str:
+    """The default name of a scenario file: its name without ``.scenario.yaml``."""
+    name = Path(path).name
+    return name[: -len(SCENARIO_SUFFIX)] if name.endswith(SCENARIO_SUFFIX) else Path(name).stem
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """The JSON Schema of scenario files (draft 2020-12)."""
+    schema = Scenario.model_json_schema(mode="validation")
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://planexec.dev/schemas/scenario.schema.json",
+        **schema,
+    }
+    out: dict[str, Any] = json.loads(json.dumps(schema, default=str))
+    return out

@@ -1,0 +1,505 @@
+"""Resilience: retries with backoff and jitter, timeouts and circuit breakers.
+
+- `RetryPolicy` + `retry_async`: tenacity retries with exponential backoff, jitter and a
+  maximum delay, for calls that are safe to repeat (the caller decides which errors are
+  worth another attempt).
+- `CircuitBreaker`: ``closed`` → ``open`` after N consecutive failures → ``half_open``
+  after ``recovery_time`` (one trial call) → ``closed`` on success, ``open`` again on
+  failure. An open breaker fails fast with `CircuitOpenError`. Its clock is injectable.
+- `BreakerRegistry`: one breaker per model provider (``model:openai``) and per tool
+  server (``tool:local``), whose states can be read.
+- `with_timeout`: an asyncio-enforced timeout.
+- `ResilientModelClient`: a `ModelClient` that retries transient model errors with
+  backoff and jitter behind a breaker, and enforces its timeout on the whole call
+  (streaming included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from planexec._log import run_log
+from planexec._models import ModelClient
+from planexec.errors import CircuitOpenError, ConfigError, ModelError, ModelTimeoutError
+from planexec.events import EventBus, FallbackUsed
+from planexec.results import Usage
+
+__all__ = [
+    "BreakerRegistry",
+    "BreakerState",
+    "CircuitBreaker",
+    "ResilientModelClient",
+    "RetryPolicy",
+    "is_transient_model_error",
+    "model_provider",
+    "retry_async",
+    "with_timeout",
+]
+
+T = TypeVar("T")
+
+BreakerState = Literal["closed", "open", "half_open"]
+"""The state of a circuit breaker."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry a call that is safe to repeat.
+
+    The delay before retry ``n`` (1-based) is ``base_delay * 2 ** (n - 1)`` plus a
+    random jitter in ``[0, jitter]``, capped at ``max_delay``.
+    """
+
+    attempts: int = 3
+    """Total attempts, the first one included (1 means no retry)."""
+    base_delay: float = 0.2
+    """Seconds before the first retry (doubled for each further retry)."""
+    max_delay: float = 5.0
+    """Upper bound on any delay, jitter included."""
+    jitter: float = 0.1
+    """Maximum random seconds added to each delay."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+        if min(self.base_delay, self.max_delay, self.jitter) < 0:
+            raise ConfigError("RetryPolicy delays must not be negative")
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """A policy that makes a single attempt."""
+        return cls(attempts=1, base_delay=0.0, max_delay=0.0, jitter=0.0)
+
+    def wait(self) -> wait_exponential_jitter:
+        """The tenacity wait strategy of this policy."""
+        return wait_exponential_jitter(
+            multiplier=self.base_delay, max=self.max_delay, jitter=self.jitter
+        )
+
+
+RetryHook = Callable[[int, BaseException, float], Awaitable[None] | None]
+"""Called before each retry with (the attempt that failed, its error, the delay)."""
+
+
+async def retry_async(
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    retry_if: Callable[[BaseException], bool] = lambda exc: isinstance(exc, Exception),
+    *,
+    on_retry: RetryHook | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> T:
+    """Call ``fn`` until it succeeds, ``retry_if`` rejects its error, or attempts run out.
+
+    The last error is re-raised as is. Cancellation is never retried.
+
+    Args:
+        fn: A zero-argument coroutine function making one attempt.
+        policy: Attempts and backoff.
+        retry_if: Whether an error is worth another attempt.
+        on_retry: Called before each retry (log it, emit an event): never silent.
+        sleep: The sleep function (tests may inject one that does not wait).
+
+    Returns:
+        The first successful result.
+    """
+
+    def _should_retry(exc: BaseException) -> bool:
+        if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+            return False
+        return retry_if(exc)
+
+    # Fast path: the first attempt runs without tenacity's machinery (most calls
+    # succeed at once); tenacity takes over for the retries, numbered from 2.
+    try:
+        return await fn()
+    except BaseException as exc:
+        if policy.attempts <= 1 or not _should_retry(exc):
+            raise
+        first_error = exc
+    do_sleep = sleep if sleep is not None else asyncio.sleep
+    first_delay = float(policy.wait()(RetryCallState(AsyncRetrying(), None, (), {})))
+    if on_retry is not None:
+        out = on_retry(1, first_error, first_delay)
+        if out is not None:
+            await out
+    await do_sleep(first_delay)
+
+    async def _before_sleep(state: RetryCallState) -> None:
+        if on_retry is None or state.outcome is None:
+            return
+        exc = state.outcome.exception()
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        if exc is not None:
+            out = on_retry(state.attempt_number + 1, exc, float(delay))
+            if out is not None:
+                await out
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(policy.attempts - 1),
+        wait=wait_exponential_jitter(
+            multiplier=policy.base_delay * 2, max=policy.max_delay, jitter=policy.jitter
+        ),
+        retry=retry_if_exception(_should_retry),
+        before_sleep=_before_sleep,
+        reraise=True,
+        sleep=do_sleep,
+    )
+    result: T = await retrying(fn)
+    return result
+
+
+async def with_timeout(aw: Awaitable[T], seconds: float | None) -> T:
+    """Await ``aw``, cancelling it after ``seconds`` (None: no limit).
+
+    Raises:
+        TimeoutError: the time ran out (the awaited work was cancelled).
+    """
+    if seconds is None:
+        return await aw
+    return await asyncio.wait_for(aw, seconds)
+
+
+class CircuitBreaker:
+    """A circuit breaker: fail fast while a dependency keeps failing.
+
+    ``closed``: calls go through; ``failure_threshold`` consecutive failures open it.
+    ``open``: calls fail fast with `CircuitOpenError` until ``recovery_time`` passed.
+    ``half_open``: one trial call goes through; success closes the breaker, failure
+    opens it again for another ``recovery_time``.
+
+    Example:
+        >>> now = [0.0]
+        >>> b = CircuitBreaker("tool:iot", failure_threshold=2, recovery_time=10,
+        ...                    clock=lambda: now[0])
+        >>> b.record_failure(); b.record_failure(); b.state
+        'open'
+        >>> now[0] = 10.0; b.state
+        'half_open'
+    """
+
+    def __init__(
+        self,
+        name: str,
+        failure_threshold: int = 5,
+        recovery_time: float = 30.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if failure_threshold < 1:
+            raise ConfigError("failure_threshold must be >= 1")
+        self.name = name
+        """The breaker's name, e.g. ``tool:iot`` or ``model:openai``."""
+        self.failure_threshold = failure_threshold
+        """Consecutive failures that open the breaker."""
+        self.recovery_time = recovery_time
+        """Seconds an open breaker waits before letting a trial call through."""
+        self._clock = clock
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._trial_in_flight = False
+        self.opened_count = 0
+        """How many times the breaker has opened."""
+
+    @property
+    def state(self) -> BreakerState:
+        """``closed``, ``open`` or ``half_open`` (computed with the clock)."""
+        if self._opened_at is None:
+            return "closed"
+        if self._clock() - self._opened_at >= self.recovery_time:
+            return "half_open"
+        return "open"
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failures counted since the last success."""
+        return self._failures
+
+    def retry_in(self) -> float:
+        """Seconds until an open breaker lets a trial call through (0 if not open)."""
+        if self._opened_at is None:
+            return 0.0
+        return max(0.0, self._opened_at + self.recovery_time - self._clock())
+
+    def before_call(self) -> None:
+        """Ask to make a call.
+
+        Raises:
+            CircuitOpenError: the breaker is open, or half-open with its trial call
+                already under way.
+        """
+        state = self.state
+        if state == "open":
+            raise CircuitOpenError(self.name, self.retry_in())
+        if state == "half_open":
+            if self._trial_in_flight:
+                raise CircuitOpenError(self.name, 0.0)
+            self._trial_in_flight = True
+
+    def record_success(self) -> None:
+        """A call succeeded: close the breaker and reset the failure count."""
+        self._failures = 0
+        self._opened_at = None
+        self._trial_in_flight = False
+
+    def record_failure(self) -> None:
+        """A call failed: count it, opening the breaker at the threshold.
+
+        A failed half-open trial opens the breaker again for ``recovery_time``.
+        """
+        self._failures += 1
+        was_trial = self._trial_in_flight
+        self._trial_in_flight = False
+        state = self.state
+        if state == "open":
+            return  # a call that started before the breaker opened; keep its timer
+        if was_trial or state == "half_open" or self._failures >= self.failure_threshold:
+            self._opened_at = self._clock()
+            self.opened_count += 1
+
+    def release(self) -> None:
+        """A call was abandoned (e.g. cancelled) without an outcome: free the trial."""
+        self._trial_in_flight = False
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Make one call through the breaker (any exception counts as a failure)."""
+        self.before_call()
+        try:
+            result = await fn()
+        except asyncio.CancelledError:
+            self.release()
+            raise
+        except Exception:
+            self.record_failure()
+            raise
+        self.record_success()
+        return result
+
+    def snapshot(self) -> dict[str, Any]:
+        """The breaker's state as JSON-ready data."""
+        return {
+            "name": self.name,
+            "state": self.state,
+            "failures": self._failures,
+            "failure_threshold": self.failure_threshold,
+            "recovery_time": self.recovery_time,
+            "retry_in": round(self.retry_in(), 3),
+            "opened_count": self.opened_count,
+        }
+
+    def __repr__(self) -> str:
+        return f"CircuitBreaker({self.name!r}, state={self.state!r}, failures={self._failures})"
+
+
+class BreakerRegistry:
+    """One `CircuitBreaker` per name, created on first use with shared settings.
+
+    Names used by planexec: ``model:<provider>`` and ``tool:<server>`` (``tool:local``
+    for tools that come from no server).
+    """
+
+    def __init__(
+        self,
+        failure_threshold: int = 5,
+        recovery_time: float = 30.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.failure_threshold = failure_threshold
+        """Consecutive failures that open each breaker."""
+        self.recovery_time = recovery_time
+        """Seconds an open breaker waits before a trial call."""
+        self._clock = clock
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def get(self, name: str) -> CircuitBreaker:
+        """The breaker called ``name`` (created closed if new)."""
+        breaker = self._breakers.get(name)
+        if breaker is None:
+            breaker = CircuitBreaker(
+                name, self.failure_threshold, self.recovery_time, clock=self._clock
+            )
+            self._breakers[name] = breaker
+        return breaker
+
+    def tool(self, server: str | None) -> CircuitBreaker:
+        """The breaker of a tool server (``tool:local`` when ``server`` is None)."""
+        return self.get(f"tool:{server or 'local'}")
+
+    def model(self, provider: str) -> CircuitBreaker:
+        """The breaker of a model provider."""
+        return self.get(f"model:{provider}")
+
+    def states(self) -> dict[str, BreakerState]:
+        """Every breaker's state, by name."""
+        return {name: b.state for name, b in sorted(self._breakers.items())}
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Every breaker's snapshot, by name."""
+        return {name: b.snapshot() for name, b in sorted(self._breakers.items())}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._breakers
+
+    def __len__(self) -> int:
+        return len(self._breakers)
+
+
+_TRANSIENT_NAMES = (
+    "ratelimit",
+    "timeout",
+    "connection",
+    "serviceunavailable",
+    "internalserver",
+    "overloaded",
+    "apierror",
+    "temporar",
+)
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+
+def is_transient_model_error(exc: BaseException) -> bool:
+    """Whether a model error is worth retrying (timeouts, rate limits, 5xx, network).
+
+    A `ModelTimeoutError` is transient; a `ModelError` is transient when its cause is a
+    network error, a timeout, or a provider error whose class name or status code says
+    rate limit, overload or server error. Anything else (bad request, authentication,
+    a test script running out) is not retried.
+    """
+    if isinstance(exc, ModelTimeoutError | TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, CircuitOpenError):
+        return False
+    cause: BaseException | None = exc.__cause__ if isinstance(exc, ModelError) else exc
+    seen = 0
+    while cause is not None and seen < 5:
+        if isinstance(cause, TimeoutError | ConnectionError | OSError):
+            return True
+        status = getattr(cause, "status_code", None) or getattr(cause, "status", None)
+        if isinstance(status, int) and status in _TRANSIENT_STATUS:
+            return True
+        name = type(cause).__name__.lower()
+        if any(word in name for word in _TRANSIENT_NAMES):
+            return True
+        cause = cause.__cause__
+        seen += 1
+    return False
+
+
+def model_provider(model: BaseChatModel) -> str:
+    """A short provider name for a chat model (``openai``, ``anthropic``, ...)."""
+    try:
+        params = model._get_ls_params()
+        provider = params.get("ls_provider")
+        if isinstance(provider, str) and provider:
+            return provider
+    except Exception:  # noqa: BLE001 - provider name is best effort
+        pass
+    llm_type = getattr(model, "_llm_type", None)
+    if isinstance(llm_type, str) and llm_type:
+        return llm_type
+    return type(model).__name__
+
+
+class ResilientModelClient(ModelClient):
+    """A `ModelClient` with retries (backoff + jitter) and a circuit breaker.
+
+    Each attempt goes through the breaker (an open breaker raises `CircuitOpenError`
+    at once, without calling the model) and is bounded by ``timeout``, enforced with
+    asyncio around the whole call — when ``stream`` is on, around the whole stream.
+    Transient errors (see `is_transient_model_error`) are retried; every retry logs a
+    warning and emits a `FallbackUsed` event. Every attempt is counted in ``usage``.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        timeout: float | None = None,
+        usage: Usage | None = None,
+        bus: EventBus | None = None,
+        run_id: str = "-",
+        retry: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        breakers: BreakerRegistry | None = None,
+        stream: bool = False,
+        retry_if: Callable[[BaseException], bool] = is_transient_model_error,
+    ) -> None:
+        super().__init__(model, timeout=timeout, usage=usage, bus=bus, run_id=run_id)
+        self.retry = retry if retry is not None else RetryPolicy()
+        """How transient errors are retried."""
+        if breaker is None:
+            registry = breakers if breakers is not None else BreakerRegistry()
+            breaker = registry.model(model_provider(model))
+        self.breaker = breaker
+        """The breaker every attempt goes through."""
+        self.stream = stream
+        """Whether to stream the reply (the timeout bounds the whole stream)."""
+        self.retry_if = retry_if
+        """Which errors are retried."""
+
+    async def _invoke(self, messages: Sequence[BaseMessage]) -> Any:
+        if not self.stream:
+            return await super()._invoke(messages)
+        merged: Any = None
+        stream: AsyncIterator[Any] = self.model.astream(list(messages))
+        async for chunk in stream:
+            merged = chunk if merged is None else merged + chunk
+        if merged is None:
+            raise ModelError("model stream ended without any chunk")
+        return merged
+
+    async def complete(
+        self, messages: Sequence[BaseMessage], *, purpose: str, step_id: int | None = None
+    ) -> str:
+        """Send ``messages`` and return the reply's text, retrying transient errors.
+
+        Raises:
+            CircuitOpenError: the model's breaker is open (no call was made).
+            ModelTimeoutError: the last attempt exceeded ``timeout``.
+            ModelError: the last attempt failed.
+        """
+
+        async def attempt() -> str:
+            self.breaker.before_call()
+            try:
+                text = await ModelClient.complete(
+                    self, messages, purpose=purpose, step_id=step_id
+                )
+            except asyncio.CancelledError:
+                self.breaker.release()
+                raise
+            except ModelError:
+                self.breaker.record_failure()
+                raise
+            self.breaker.record_success()
+            return text
+
+        async def on_retry(n: int, exc: BaseException, delay: float) -> None:
+            message = (
+                f"model call ({purpose}) attempt {n} of {self.retry.attempts} failed: "
+                f"{exc}; retrying in {delay:.2f}s"
+            )
+            run_log(self.run_id, step_id=step_id).warning(message)
+            if self.bus is not None:
+                await self.bus.emit(
+                    FallbackUsed(
+                        run_id=self.run_id, step_id=step_id, code="MODEL_RETRY", message=message
+                    )
+                )
+
+        return await retry_async(attempt, self.retry, self.retry_if, on_retry=on_retry)

@@ -1,0 +1,839 @@
+"""The argument resolver: a step's plan arguments → the values its tool is called with.
+
+Per argument, in this order (`docs/resolution.md` has examples):
+
+1. **literal** — no reference: the value as written.
+2. **reference** — the value *is* a reference (``<step_2>``): the referenced output,
+   type preserved (a dict stays a dict, a pydantic model stays a model).
+3. **path** — ``<step_2.items[0].id>``: ``.name``, ``[i]`` and ``["k"]`` are followed
+   into dicts, lists and pydantic models (declared fields only). Nothing else is ever
+   looked into: no ``getattr`` on arbitrary objects, and nothing is evaluated.
+4. **interpolated** — references embedded in text are written into it (strings as they
+   are, everything else as compact JSON).
+5. **coerced** — the value is validated against the argument's schema type in pydantic's
+   lax mode (``"42"`` → ``42``). A one-element list where a scalar is required is *not*
+   unwrapped: like every value that does not fit, it goes to the fallback.
+6. **llm** — the LLM fallback, only for hinted references, paths that do not exist in
+   the output, values that do not fit the schema, and arguments named by re-resolution
+   feedback. One call per step covers every such argument; an unusable reply is retried
+   exactly once, with the problem as feedback.
+7. validation of all the arguments against the tool's schema.
+
+The method recorded for an argument with references nested inside it is the strongest
+one used anywhere in it, in the order literal < reference < path < interpolated <
+coerced < llm (the further the value is from the plan's text, the stronger).
+
+Failures are returned, never raised: a `ResolutionFailure` with an `ErrorKind` and a
+message naming the step, the argument and the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Annotated, Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from planexec._log import step_log
+from planexec._models import ModelClient, as_client
+from planexec.errors import ErrorKind, ModelError
+from planexec.events import ArgResolved, EventBus, FallbackUsed
+from planexec.parsing.jsonrepair import extract_json_object
+from planexec.parsing.refs import contains_placeholder
+from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
+from planexec.results import ResolutionMethod, StepResult, StepStatus, jsonable
+from planexec.tools import ToolSpec
+
+__all__ = [
+    "METHOD_STRENGTH",
+    "ArgResolver",
+    "ResolutionFailure",
+    "ResolvedArgs",
+    "follow_path",
+]
+
+METHOD_STRENGTH: dict[ResolutionMethod, int] = {
+    ResolutionMethod.LITERAL: 0,
+    ResolutionMethod.REFERENCE: 1,
+    ResolutionMethod.PATH: 2,
+    ResolutionMethod.INTERPOLATED: 3,
+    ResolutionMethod.COERCED: 4,
+    ResolutionMethod.LLM: 5,
+}
+"""The order of methods: a nested argument records the strongest one used inside it."""
+
+REPLY_CUT = 500
+"""Characters of an unusable fallback reply kept in the failure message."""
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class ResolvedArgs:
+    """A step's arguments, ready for its tool."""
+
+    args: dict[str, Any]
+    """The resolved arguments (no `Ref`, no `Template`, no plan placeholder)."""
+    methods: dict[str, ResolutionMethod]
+    """How each argument got its value."""
+    llm_calls: int = 0
+    """Model calls made by the fallback for this step (0, 1 or 2)."""
+
+
+@dataclass(frozen=True)
+class ResolutionFailure:
+    """Why a step's arguments could not be resolved. The tool must not be called."""
+
+    kind: ErrorKind
+    """``MISSING_REFERENCE``, ``UPSTREAM_FAILED``, ``RESOLUTION_FAILED``,
+    ``ARGS_INVALID`` or ``ARGS_SYNTAX``."""
+    message: str
+    """Names the step, the argument and the cause."""
+    arg: str | None = None
+    """The (first) argument concerned, if any."""
+    llm_calls: int = 0
+    """Model calls made before failing."""
+    reply: str | None = None
+    """The last fallback reply (cut to `REPLY_CUT` characters), if one was unusable."""
+
+
+class _NeedsFallback(Exception):
+    """A value cannot be resolved without the LLM fallback."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _BadReply(Exception):
+    """The fallback's reply cannot be used."""
+
+
+@dataclass
+class _Need:
+    """An argument the fallback must fill."""
+
+    written: Any
+    """The value as written in the plan (jsonable), or `_MISSING`."""
+    refs: tuple[str, ...]
+    """The references in it, as written."""
+    reasons: list[str] = field(default_factory=list)
+    """Why it needs the fallback."""
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else _compact(value)
+    text = repr(text) if isinstance(value, str) else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    """Compact JSON text of a value (pydantic models dumped first)."""
+    return json.dumps(jsonable(value), separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return type(value).__name__
+    if isinstance(value, list | tuple):
+        return f"list of {len(value)} items"
+    if isinstance(value, Mapping):
+        return "dict"
+    return type(value).__name__
+
+
+def follow_path(value: Any, path: Sequence[str | int]) -> Any:
+    """Follow ``path`` into ``value`` through dicts, lists and pydantic models only.
+
+    Pydantic models are entered through their declared fields (and extra fields, if the
+    model keeps them); nothing else is looked into.
+
+    Raises:
+        LookupError: the path does not exist; the message says where it stops and why.
+    """
+    current = value
+    for depth, elem in enumerate(path):
+        here = format_path(tuple(path[: depth + 1]))
+        if isinstance(current, BaseModel):
+            fields = type(current).model_fields
+            extra = current.model_extra or {}
+            if isinstance(elem, str) and elem in fields:
+                current = current.__dict__[elem]
+                continue
+            if isinstance(elem, str) and elem in extra:
+                current = extra[elem]
+                continue
+            names = ", ".join(list(fields) + list(extra)) or "none"
+            raise LookupError(f"{here}: {type(current).__name__} has no field {elem!r} "
+                              f"(fields: {names})")
+        if isinstance(current, Mapping):
+            if elem in current:
+                current = current[elem]
+                continue
+            if isinstance(elem, int) and str(elem) in current:
+                current = current[str(elem)]
+                continue
+            keys = ", ".join(repr(k) for k in list(current)[:12]) or "none"
+            raise LookupError(f"{here}: no key {elem!r} (keys: {keys})")
+        if isinstance(current, list | tuple):
+            index: int | None = None
+            if isinstance(elem, int) and not isinstance(elem, bool):
+                index = elem
+            elif isinstance(elem, str) and re.fullmatch(r"-?\d+", elem):
+                index = int(elem)
+            if index is None:
+                raise LookupError(f"{here}: cannot take key {elem!r} of a list "
+                                  f"of {len(current)} items")
+            if not -len(current) <= index < len(current):
+                raise LookupError(f"{here}: index {index} is out of range for a list "
+                                  f"of {len(current)} items")
+            current = current[index]
+            continue
+        raise LookupError(f"{here}: cannot look into a {type(current).__name__} (paths "
+                          "follow dicts, lists and pydantic models only)")
+    return current
+
+
+def _strongest(methods: Sequence[ResolutionMethod]) -> ResolutionMethod:
+    return max(methods, key=METHOD_STRENGTH.__getitem__, default=ResolutionMethod.LITERAL)
+
+
+def _as_text(value: Any) -> str:
+    """How a referenced value is written into text: strings as is, others as JSON."""
+    return value if isinstance(value, str) else _compact(value)
+
+
+def _resolve_ref(ref: Ref, results: Mapping[int, StepResult]) -> tuple[Any, ResolutionMethod]:
+    if ref.is_hinted:
+        raise _NeedsFallback(f"hinted reference {ref.raw or ref.canonical}")
+    output = results[ref.step].output
+    if not ref.path:
+        return output, ResolutionMethod.REFERENCE
+    try:
+        return follow_path(output, ref.path), ResolutionMethod.PATH
+    except LookupError as exc:
+        raise _NeedsFallback(
+            f"path {format_path(ref.path)} of {ref.raw or ref.canonical} does not exist in "
+            f"the output of step {ref.step} ({exc})"
+        ) from exc
+
+
+def _check_literal(text: str) -> None:
+    if contains_placeholder(text):
+        raise _NeedsFallback(
+            f"the text {_short(text)} looks like a reference the plan grammar could not read"
+        )
+
+
+def _resolve_value(
+    value: Any, results: Mapping[int, StepResult]
+) -> tuple[Any, ResolutionMethod]:
+    """Resolve every reference in a nested value; raise `_NeedsFallback` if one can't."""
+    if isinstance(value, Ref):
+        return _resolve_ref(value, results)
+    if isinstance(value, Template):
+        parts: list[str] = []
+        for part in value.parts:
+            if isinstance(part, Ref):
+                resolved, _ = _resolve_ref(part, results)
+                parts.append(_as_text(resolved))
+            else:
+                _check_literal(part)
+                parts.append(part)
+        return "".join(parts), ResolutionMethod.INTERPOLATED
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        methods: list[ResolutionMethod] = []
+        for k, v in value.items():
+            out[k], m = _resolve_value(v, results)
+            methods.append(m)
+        return out, _strongest(methods)
+    if isinstance(value, list | tuple):
+        items: list[Any] = []
+        methods = []
+        for v in value:
+            item, m = _resolve_value(v, results)
+            items.append(item)
+            methods.append(m)
+        return items, _strongest(methods)
+    if isinstance(value, str):
+        _check_literal(value)
+    return value, ResolutionMethod.LITERAL
+
+
+def _holds_plan_ref(value: Any) -> bool:
+    if isinstance(value, Ref | Template):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_plan_ref(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_plan_ref(v) for v in value)
+    return False
+
+
+@lru_cache(maxsize=1024)
+def _adapter(schema: type[BaseModel], name: str) -> TypeAdapter[Any] | None:
+    """A lax validator for one field of an args schema (numbers may become strings)."""
+    info = schema.model_fields.get(name)
+    if info is None:
+        return None
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[(annotation, *info.metadata)]
+    try:
+        return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
+    except PydanticUserError:
+        return TypeAdapter(annotation)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON data, types included (``1`` is not ``True``, nor ``"1"``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+def _coerce(adapter: TypeAdapter[Any], value: Any) -> tuple[bool, Any]:
+    """Fit ``value`` to a field type: ``(changed, value)``.
+
+    Raises:
+        ValidationError: it does not fit, even in lax mode.
+    """
+    try:
+        validated = adapter.validate_python(value)
+    except ValidationError:
+        if not _contains_model(value):
+            raise
+        # A pydantic model where plain data is wanted: its data, reported as coerced.
+        validated = adapter.validate_python(jsonable(value))
+        return True, adapter.dump_python(validated, mode="json")
+    dumped = adapter.dump_python(validated, mode="json")
+    if _same(dumped, jsonable(value)):
+        return False, value
+    return True, dumped
+
+
+def _contains_model(value: Any) -> bool:
+    if isinstance(value, BaseModel):
+        return True
+    if isinstance(value, Mapping):
+        return any(_contains_model(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_contains_model(v) for v in value)
+    return False
+
+
+def _errors_text(exc: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{loc + ': ' if loc else ''}{err['msg']}")
+    return "; ".join(parts)
+
+
+def _schema_type(spec: ToolSpec, name: str) -> str:
+    prop = spec.json_schema.get("properties", {}).get(name, {})
+    return _compact(prop) if prop else "unknown"
+
+
+def _cut(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return f"{text[:budget]}\n[cut: {budget} of {len(text)} characters shown]"
+
+
+class ArgResolver:
+    """Resolves a step's arguments against earlier results; see the module docstring.
+
+    Example:
+        >>> resolver = ArgResolver()  # no model: values needing the fallback fail
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel | ModelClient | None = None,
+        *,
+        output_budget: int = 4000,
+    ) -> None:
+        """Create a resolver.
+
+        Args:
+            model: The chat model (or client) of the LLM fallback; None for none.
+            output_budget: Characters of each referenced step's output shown to the
+                fallback; longer outputs are cut, with a note saying so.
+        """
+        self.client = as_client(model)
+        """The fallback's model client (None when there is no model)."""
+        self.output_budget = output_budget
+        """Characters of each referenced output shown to the fallback."""
+
+    async def resolve(
+        self,
+        step: Step,
+        spec: ToolSpec | None,
+        results: Mapping[int, StepResult],
+        *,
+        feedback: str | None = None,
+        run_id: str = "-",
+        bus: EventBus | None = None,
+        client: ModelClient | None = None,
+    ) -> ResolvedArgs | ResolutionFailure:
+        """Resolve ``step``'s arguments for the tool ``spec`` (None: a reasoning step).
+
+        Args:
+            step: The step.
+            spec: Its tool; None for a reasoning step (references are resolved, nothing
+                is validated).
+            results: Every finished step (any status), by id.
+            feedback: Why the previous resolution of this step was unusable (e.g. the
+                tool's validation errors). The arguments it names (all, if it names
+                none) are sent to the fallback with the feedback in the prompt.
+            run_id: The run, for logs and events.
+            bus: Where `ArgResolved` and `FallbackUsed` events go.
+            client: A run-bound model client; it overrides the resolver's model.
+
+        Returns:
+            The resolved arguments, or why they could not be resolved.
+        """
+        run = _Resolution(self, step, spec, results, feedback, run_id, bus, client)
+        return await run.resolve()
+
+
+class _Resolution:
+    """One resolution of one step (keeps the per-call state out of `ArgResolver`)."""
+
+    def __init__(
+        self,
+        resolver: ArgResolver,
+        step: Step,
+        spec: ToolSpec | None,
+        results: Mapping[int, StepResult],
+        feedback: str | None,
+        run_id: str,
+        bus: EventBus | None,
+        client: ModelClient | None,
+    ) -> None:
+        self.resolver = resolver
+        self.step = step
+        self.spec = spec
+        self.results = results
+        self.feedback = feedback
+        self.run_id = run_id
+        self.bus = bus
+        self.client = client
+        if self.client is None and resolver.client is not None:
+            base = resolver.client
+            self.client = base.bind(usage=base.usage, bus=bus or base.bus, run_id=run_id)
+        self.llm_calls = 0
+        self.log = step_log(run_id, step.id)
+
+    # -- helpers -------------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        tool = f" ({self.step.tool})" if self.step.tool else ""
+        return f"step {self.step.id}{tool}"
+
+    def fail(
+        self, kind: ErrorKind, message: str, arg: str | None = None, reply: str | None = None
+    ) -> ResolutionFailure:
+        return ResolutionFailure(
+            kind=kind, message=message, arg=arg, llm_calls=self.llm_calls, reply=reply
+        )
+
+    async def warn(self, code: str, message: str) -> None:
+        self.log.warning(message)
+        if self.bus is not None:
+            await self.bus.emit(
+                FallbackUsed(run_id=self.run_id, step_id=self.step.id, code=code, message=message)
+            )
+
+    # -- stages --------------------------------------------------------------------
+
+    def bind(self) -> dict[str, Any] | ResolutionFailure:
+        """Keyword arguments plus positional ones bound to the schema's names."""
+        args = dict(self.step.args)
+        positional = self.step.positional
+        if not positional:
+            return args
+        if self.spec is None:
+            names = ["input"] if len(positional) == 1 else [
+                f"input_{i + 1}" for i in range(len(positional))
+            ]
+        else:
+            names = self.spec.arg_names
+        for i, value in enumerate(positional):
+            if i >= len(names):
+                params = ", ".join(names) or "none"
+                return self.fail(
+                    ErrorKind.ARGS_INVALID,
+                    f"{self.where}: positional argument #{i + 1} "
+                    f"({_short(to_jsonable(value))}) has no parameter to bind to: the tool "
+                    f"takes {len(names)} argument(s) ({params}) but {len(positional)} "
+                    "positional values were given",
+                    arg=f"#{i + 1}",
+                )
+            name = names[i]
+            if name in args:
+                return self.fail(
+                    ErrorKind.ARGS_INVALID,
+                    f"{self.where}: argument '{name}' is given both by position (#{i + 1}) "
+                    "and by name",
+                    arg=name,
+                )
+            args[name] = value
+        return args
+
+    def check_refs(self, args: Mapping[str, Any]) -> ResolutionFailure | None:
+        for name, value in args.items():
+            for ref in iter_refs(value):
+                text = ref.raw or ref.canonical
+                upstream = self.results.get(ref.step)
+                if upstream is None:
+                    return self.fail(
+                        ErrorKind.MISSING_REFERENCE,
+                        f"{self.where}: argument '{name}' refers to step {ref.step} "
+                        f"({text}), but there is no step {ref.step} in the results: it does "
+                        "not exist or has not run",
+                        arg=name,
+                    )
+                if upstream.status is not StepStatus.SUCCEEDED:
+                    cause = upstream.error or upstream.note or "no error recorded"
+                    kind = f"{upstream.error_kind}: " if upstream.error_kind else ""
+                    return self.fail(
+                        ErrorKind.UPSTREAM_FAILED,
+                        f"{self.where}: argument '{name}' refers to step {ref.step} ({text}), "
+                        f"whose status is {upstream.status}: {kind}{cause}",
+                        arg=name,
+                    )
+        return None
+
+    def forced_by_feedback(self, args: Mapping[str, Any]) -> list[str]:
+        """The arguments the re-resolution feedback names (all of them if none)."""
+        assert self.feedback is not None
+        known = list(args)
+        if self.spec is not None:
+            known += [n for n in self.spec.arg_names if n not in args]
+        named = [
+            n for n in known if re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", self.feedback)
+        ]
+        return named or list(args)
+
+    async def resolve(self) -> ResolvedArgs | ResolutionFailure:
+        step, spec = self.step, self.spec
+        if not step.args_valid:
+            return self.fail(
+                ErrorKind.ARGS_SYNTAX,
+                f"{self.where}: the arguments could not be read from the plan "
+                f"({_short(step.args_text or '')})",
+            )
+        bound = self.bind()
+        if isinstance(bound, ResolutionFailure):
+            return bound
+        failure = self.check_refs(bound)
+        if failure is not None:
+            return failure
+
+        values: dict[str, Any] = {}
+        methods: dict[str, ResolutionMethod] = {}
+        needs: dict[str, _Need] = {}
+        for name, value in bound.items():
+            refs = tuple(r.raw or r.canonical for r in iter_refs(value))
+            try:
+                resolved, method = _resolve_value(value, self.results)
+            except _NeedsFallback as exc:
+                needs[name] = _Need(to_jsonable(value), refs, [exc.reason])
+                continue
+            adapter = _adapter(spec.args_schema, name) if spec is not None else None
+            if adapter is not None:
+                try:
+                    changed, fitted = _coerce(adapter, resolved)
+                except ValidationError as exc:
+                    needs[name] = _Need(
+                        to_jsonable(value),
+                        refs,
+                        [
+                            f"its value {_short(resolved)} does not fit the argument's type "
+                            f"{_schema_type(spec, name) if spec else ''}: {_errors_text(exc)}"
+                        ],
+                    )
+                    continue
+                if changed:
+                    await self.warn(
+                        "ARG_COERCED",
+                        f"{self.where}: argument '{name}' coerced from {_short(resolved)} "
+                        f"to {_short(fitted)} to fit its schema type",
+                    )
+                    resolved, method = fitted, ResolutionMethod.COERCED
+            values[name] = resolved
+            methods[name] = method
+
+        if self.feedback is not None:
+            for name in self.forced_by_feedback(bound):
+                value = bound.get(name, _MISSING)
+                need = needs.setdefault(
+                    name,
+                    _Need(
+                        to_jsonable(value) if value is not _MISSING else _MISSING,
+                        tuple(r.raw or r.canonical for r in iter_refs(value))
+                        if value is not _MISSING
+                        else (),
+                    ),
+                )
+                need.reasons.append("the previous value was rejected (see the feedback)")
+                values.pop(name, None)
+                methods.pop(name, None)
+
+        if needs:
+            filled = await self.fallback(needs, values)
+            if isinstance(filled, ResolutionFailure):
+                return filled
+            for name in needs:
+                values[name] = filled[name]
+                methods[name] = ResolutionMethod.LLM
+            ordered = [n for n in bound if n in values] + [n for n in values if n not in bound]
+            values = {n: values[n] for n in ordered}
+            methods = {n: methods[n] for n in ordered}
+
+        for name, value in values.items():
+            if _holds_plan_ref(value):  # pragma: no cover - guarded by the stages above
+                return self.fail(
+                    ErrorKind.RESOLUTION_FAILED,
+                    f"{self.where}: argument '{name}' still holds an unresolved reference",
+                    arg=name,
+                )
+        if self.bus is not None:
+            for name, method in methods.items():
+                await self.bus.emit(
+                    ArgResolved(run_id=self.run_id, step_id=step.id, arg=name, method=method)
+                )
+        if spec is not None:
+            try:
+                spec.validate(values)
+            except ValidationError as exc:
+                return self.invalid(exc, values)
+        return ResolvedArgs(args=values, methods=methods, llm_calls=self.llm_calls)
+
+    def invalid(self, exc: ValidationError, values: Mapping[str, Any]) -> ResolutionFailure:
+        assert self.spec is not None
+        problems = []
+        first: str | None = None
+        for err in exc.errors():
+            loc = err["loc"]
+            name = str(loc[0]) if loc else None
+            first = first or name
+            sub = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc[1:])
+            if err["type"] == "extra_forbidden":
+                why = (
+                    "is not a parameter of the tool (parameters: "
+                    f"{', '.join(self.spec.arg_names) or 'none'})"
+                )
+            elif err["type"] == "missing":
+                why = "is required but was not given"
+            else:
+                why = f"{err['msg']} (got {_short(err.get('input'))})"
+            label = f"argument '{name}{sub}'" if name else "the arguments"
+            problems.append(f"{label} {why}")
+        return self.fail(
+            ErrorKind.ARGS_INVALID,
+            f"{self.where}: the arguments do not fit the tool's schema: " + "; ".join(problems),
+            arg=first,
+        )
+
+    # -- the LLM fallback ----------------------------------------------------------
+
+    async def fallback(
+        self, needs: Mapping[str, _Need], values: Mapping[str, Any]
+    ) -> dict[str, Any] | ResolutionFailure:
+        names = ", ".join(f"'{n}'" for n in needs)
+        first = next(iter(needs))
+        if len(needs) == 1:
+            why = "; ".join(needs[first].reasons)
+            label, verb = f"argument {names}", "needs"
+        else:
+            why = "; ".join(f"'{n}': {'; '.join(need.reasons)}" for n, need in needs.items())
+            label, verb = f"arguments {names}", "need"
+        if self.client is None:
+            return self.fail(
+                ErrorKind.RESOLUTION_FAILED,
+                f"{self.where}: {label} {verb} the LLM fallback ({why}) but no model "
+                "is configured",
+                arg=first,
+            )
+        await self.warn(
+            "ARG_LLM_FALLBACK",
+            f"{self.where}: asking the LLM fallback for {label} ({why})",
+        )
+        base = self.prompt(needs, values)
+        client = self.client
+        reply = ""
+        problem: str | None = None
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(2),
+                retry=retry_if_exception_type(_BadReply),
+                reraise=True,
+            ):
+                with attempt:
+                    messages = list(base)
+                    if problem is not None:
+                        messages += [
+                            AIMessage(content=reply),
+                            HumanMessage(
+                                content=f"Your reply could not be used: {problem}\n"
+                                "Reply again with only the JSON object, with every key "
+                                f"asked for: {', '.join(json.dumps(n) for n in needs)}."
+                            ),
+                        ]
+                    self.llm_calls += 1
+                    reply = await client.complete(
+                        messages, purpose="resolve", step_id=self.step.id
+                    )
+                    try:
+                        return self.check_reply(reply, needs, values)
+                    except _BadReply as exc:
+                        problem = str(exc)
+                        if self.llm_calls < 2:
+                            await self.warn(
+                                "RESOLVE_RETRY",
+                                f"{self.where}: the LLM fallback's reply for {label} "
+                                f"was unusable ({problem}); asking once more",
+                            )
+                        raise
+        except _BadReply as exc:
+            cut = reply if len(reply) <= REPLY_CUT else reply[:REPLY_CUT] + "..."
+            return self.fail(
+                ErrorKind.RESOLUTION_FAILED,
+                f"{self.where}: the LLM fallback gave no usable value for {label} "
+                f"after {self.llm_calls} attempts: {exc}; last reply: {cut!r}",
+                arg=first,
+                reply=cut,
+            )
+        except ModelError as exc:
+            return self.fail(
+                ErrorKind.RESOLUTION_FAILED,
+                f"{self.where}: the LLM fallback for {label} failed: {exc}",
+                arg=first,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def check_reply(
+        self, reply: str, needs: Mapping[str, _Need], values: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        if not reply.strip():
+            raise _BadReply("the reply was empty")
+        obj = extract_json_object(reply)
+        if not isinstance(obj, dict):
+            raise _BadReply("no JSON object was found in the reply")
+        missing = [n for n in needs if n not in obj]
+        if missing:
+            raise _BadReply(
+                "the object lacks " + ", ".join(f"'{n}'" for n in missing)
+            )
+        filled: dict[str, Any] = {}
+        for name in needs:
+            value = obj[name]
+            if contains_placeholder(value):
+                raise _BadReply(
+                    f"'{name}' still holds a placeholder ({_short(value)}); give the actual "
+                    "value"
+                )
+            adapter = _adapter(self.spec.args_schema, name) if self.spec is not None else None
+            if adapter is not None:
+                try:
+                    _, value = _coerce(adapter, value)
+                except ValidationError as exc:
+                    raise _BadReply(
+                        f"'{name}' = {_short(value)} does not fit its schema: "
+                        f"{_errors_text(exc)}"
+                    ) from exc
+            filled[name] = value
+        if self.spec is not None:
+            try:
+                self.spec.validate({**values, **filled})
+            except ValidationError as exc:
+                ours = [e for e in exc.errors() if e["loc"] and e["loc"][0] in needs]
+                if ours:
+                    text = "; ".join(
+                        f"'{'.'.join(str(x) for x in e['loc'])}': {e['msg']}" for e in ours[:3]
+                    )
+                    raise _BadReply(f"the values do not fit the schema: {text}") from exc
+        return filled
+
+    def referenced_steps(self) -> list[int]:
+        ids = sorted({r.step for r in self.step.refs if r.step in self.results})
+        if not ids:
+            ids = [d for d in self.step.explicit_deps if d in self.results]
+        return ids
+
+    def prompt(self, needs: Mapping[str, _Need], values: Mapping[str, Any]) -> list[BaseMessage]:
+        step, spec = self.step, self.spec
+        budget = self.resolver.output_budget
+        lines: list[str] = [f"## Step {step.id}", f"Task: {step.task or '(none given)'}", ""]
+        if spec is not None:
+            lines += [
+                "## Tool",
+                f"Name: {spec.qualified_name}",
+                f"Description: {spec.description or '(none)'}",
+                f"Arguments JSON schema: {json.dumps(spec.json_schema, ensure_ascii=False)}",
+                "",
+            ]
+        else:
+            lines += ["## Tool", "None: this is a reasoning step.", ""]
+        lines.append("## Outputs of the steps it refers to")
+        referenced = self.referenced_steps()
+        if not referenced:
+            lines.append("(none)")
+        for sid in referenced:
+            result = self.results[sid]
+            output = result.output
+            text = output if isinstance(output, str) else json.dumps(
+                jsonable(output), ensure_ascii=False
+            )
+            lines += [f"### step_{sid} (tool: {result.tool or 'none'})", _cut(text, budget), ""]
+        if lines[-1]:
+            lines.append("")
+        if values:
+            lines += ["## Arguments already resolved"]
+            for name, value in values.items():
+                lines.append(f"- {name} = {_cut(_compact(value), budget)}")
+            lines.append("")
+        lines += ["## Arguments to fill"]
+        for name, need in needs.items():
+            written = (
+                "not given in the plan"
+                if need.written is _MISSING
+                else f"written in the plan as {json.dumps(need.written, ensure_ascii=False)}"
+            )
+            refs = f"; references: {', '.join(need.refs)}" if need.refs else ""
+            lines.append(f"- {name}: {written}{refs}; why: {'; '.join(need.reasons)}")
+        if self.feedback:
+            lines += ["", "## Feedback on the previous attempt", self.feedback]
+        keys = ", ".join(json.dumps(n) for n in needs)
+        lines += [
+            "",
+            f"Reply with one JSON object with exactly these keys: {keys}. Each value must "
+            "fit the argument's schema and come from the outputs above; do not write "
+            "references or placeholders.",
+        ]
+        system = (
+            "You fill in arguments of one tool call in a plan that is being executed. "
+            "Use only the step's task, the tool's schema and the outputs shown; never "
+            "invent values. Reply with a single JSON object and nothing else."
+        )
+        return [SystemMessage(content=system), HumanMessage(content="\n".join(lines))]
+

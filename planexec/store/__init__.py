@@ -1,0 +1,68 @@
+"""Durable runs: the run store and resume.
+
+- `RunStore`: the protocol; `MemoryRunStore` (in memory) and `SQLiteRunStore` (one
+  file, the default).
+- `default_store_path` / `open_store`: where runs are recorded unless told otherwise
+  (``$PLANEXEC_STORE``, else ``runs.sqlite3`` in the user data directory).
+- `planexec.store.resume`: `plan_resume` and `resume_run`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from planexec.store.base import (
+    RecordedPlan,
+    RecordedStep,
+    RunRecord,
+    RunStore,
+    StartedCall,
+)
+from planexec.store.memory import MemoryRunStore
+from planexec.store.sqlite import SCHEMA_VERSION, SQLiteRunStore
+
+__all__ = [
+    "ENV_VAR",
+    "MEMORY",
+    "SCHEMA_VERSION",
+    "MemoryRunStore",
+    "RecordedPlan",
+    "RecordedStep",
+    "RunRecord",
+    "RunStore",
+    "SQLiteRunStore",
+    "StartedCall",
+    "default_store_path",
+    "open_store",
+]
+
+ENV_VAR = "PLANEXEC_STORE"
+"""The environment variable that sets the store location."""
+
+MEMORY = ":memory:"
+"""The store "path" that gives a `MemoryRunStore`."""
+
+
+def default_store_path() -> Path:
+    """Return the store file: ``$PLANEXEC_STORE``, else ``runs.sqlite3`` in the user data dir."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return platformdirs.user_data_path("planexec", appauthor=False) / "runs.sqlite3"
+
+
+def open_store(path: str | os.PathLike[str] | None = None) -> RunStore:
+    """Open the run store at ``path`` (default: `default_store_path`).
+
+    ``":memory:"`` gives a `MemoryRunStore`; anything else is a `SQLiteRunStore` file.
+
+    Raises:
+        StoreError: the file cannot be opened or has a newer schema.
+    """
+    target = default_store_path() if path is None else path
+    if str(target) == MEMORY:
+        return MemoryRunStore()
+    return SQLiteRunStore(Path(target).expanduser())

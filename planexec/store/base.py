@@ -1,0 +1,290 @@
+"""The `RunStore` protocol and the records it gives back.
+
+A run store *observes* runs: it is an `EventBus` subscriber (``store.attach(bus)``)
+and builds, from the events, a record of each run — the question and config, every
+plan version with its diagnostics, every step result, and the whole event stream. It
+never drives a run. Resume (`planexec.store.resume`) reads these records back.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from planexec.events import Event, EventBus
+from planexec.plan import Diagnostic, Plan
+from planexec.results import RunStatus, StepResult
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "CHECKPOINT_EVENTS",
+    "RecordedPlan",
+    "RecordedStep",
+    "RunRecord",
+    "RunStore",
+    "StartedCall",
+    "effective_status",
+    "pid_alive",
+    "unmatched_calls",
+]
+
+EXPORT_FORMAT = "planexec.run/1"
+"""The ``format`` field of `RunStore.export` documents."""
+
+CHECKPOINT_EVENTS = frozenset(
+    {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "RecoveryDecided",
+     "RunFinished"}
+)
+"""Events that are committed before `RunStore.handle` returns.
+
+Other events (``StepStarted``, ``ArgResolved``, ``FallbackUsed``, ``LLMCalled`` ...)
+may be held in memory and committed with the run's next checkpoint event.
+"""
+
+HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the store knows about one run."""
+
+    run_id: str
+    """The run's id."""
+    question: str
+    """The question asked ("" when the run was recorded without a ``RunStarted``)."""
+    status: RunStatus
+    """The recorded status; ``INTERRUPTED`` when recorded as running by a dead process."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The configuration the run started with (as given in ``RunStarted``)."""
+    created_at: float | None = None
+    """When the run started (seconds since the epoch)."""
+    updated_at: float | None = None
+    """When the last event was recorded."""
+    finished_at: float | None = None
+    """When the run finished, if it did."""
+    answer: str | None = None
+    """The answer, if the run gave one."""
+    error: str | None = None
+    """Why the run failed (the dead-letter reason), if it did."""
+    error_kind: str | None = None
+    """The kind of the last failure recorded for a run that did not succeed."""
+    plan_version: int | None = None
+    """The latest plan version recorded."""
+    step_counts: dict[str, int] = field(default_factory=dict)
+    """Latest-plan step results by status, e.g. ``{"SUCCEEDED": 3, "FAILED": 1}``."""
+    pid: int | None = None
+    """The process that last started or resumed the run."""
+    host: str | None = None
+    """The host of that process."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the record as JSON-ready data."""
+        return {
+            "run_id": self.run_id,
+            "question": self.question,
+            "status": str(self.status),
+            "config": self.config,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "finished_at": self.finished_at,
+            "answer": self.answer,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "plan_version": self.plan_version,
+            "step_counts": dict(self.step_counts),
+            "pid": self.pid,
+            "host": self.host,
+        }
+
+
+@dataclass(frozen=True)
+class RecordedPlan:
+    """One plan version of a run, as recorded from ``PlanCreated``."""
+
+    version: int
+    """1 for the first plan, 2 for the first re-plan, ..."""
+    plan: Plan | None
+    """The parsed plan (None when the planner's reply held none)."""
+    text: str = ""
+    """The planner's reply."""
+    reason: str | None = None
+    """Why this plan was made."""
+    created_at: float | None = None
+    """When it was recorded."""
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The plan's diagnostics (none when there is no plan)."""
+        return self.plan.diagnostics if self.plan else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the plan version as JSON-ready data."""
+        return {
+            "version": self.version,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "text": self.text,
+            "reason": self.reason,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    """One step result, with the plan version it belongs to."""
+
+    plan_version: int
+    """The plan version the step was part of."""
+    result: StepResult
+    """The result, as recorded from ``StepFinished`` (the latest one for the step)."""
+    recorded_at: float | None = None
+    """When the result was recorded."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the recorded step as JSON-ready data."""
+        return {"plan_version": self.plan_version, "recorded_at": self.recorded_at,
+                **self.result.to_dict()}
+
+
+@dataclass(frozen=True)
+class StartedCall:
+    """A ``ToolCallStarted`` with no ``StepFinished`` after it for the same step."""
+
+    plan_version: int
+    """The plan version of the step."""
+    step_id: int
+    """The step whose call started."""
+    tool: str
+    """The tool called."""
+    args: dict[str, Any]
+    """The arguments it was called with."""
+    attempt: int
+    """The attempt number of the last call started."""
+    ts: float
+    """When the call started."""
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Records runs from their events and reads them back.
+
+    Implementations: `planexec.store.MemoryRunStore`, `planexec.store.SQLiteRunStore`.
+    """
+
+    async def handle(self, event: Event) -> None:
+        """Record one event.
+
+        A checkpoint event (`CHECKPOINT_EVENTS`) is durable when this returns.
+        """
+        ...
+
+    def attach(self, bus: EventBus) -> None:
+        """Subscribe `handle` to a bus."""
+        ...
+
+    async def flush(self) -> None:
+        """Commit every event still held in memory."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """Return a run's record.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+        ...
+
+    def list_runs(self, status: RunStatus | str | None = None, limit: int = 50) -> list[RunRecord]:
+        """Return runs, newest first, optionally only those with ``status``."""
+        ...
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's events in order, as JSON data with a ``type`` key."""
+        ...
+
+    def step_results(self, run_id: str, plan_version: int | None = None) -> list[RecordedStep]:
+        """Return the latest result of each step, in the order they were recorded."""
+        ...
+
+    def plans(self, run_id: str) -> list[RecordedPlan]:
+        """Return every plan version of a run, oldest first."""
+        ...
+
+    def started_calls_without_result(self, run_id: str) -> list[StartedCall]:
+        """Return the steps whose tool call started and whose result was never recorded."""
+        ...
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """Return everything recorded about a run as one JSON document."""
+        ...
+
+    def mark_status(
+        self,
+        run_id: str,
+        status: RunStatus | str,
+        *,
+        error: str | None = None,
+        error_kind: str | None = None,
+    ) -> None:
+        """Set a run's status (and reason), e.g. to mark it failed or resumed."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (connections)."""
+        ...
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (zombies count as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            state = fh.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def effective_status(status: str, pid: int | None, host: str | None) -> RunStatus:
+    """Turn a recorded status into what is true now.
+
+    A run recorded as ``RUNNING`` by a process of this host that no longer exists is
+    ``INTERRUPTED``. A run of another host cannot be checked and stays ``RUNNING``.
+    """
+    st = RunStatus(status)
+    if st is RunStatus.RUNNING and pid is not None and host == HOST and not pid_alive(pid):
+        return RunStatus.INTERRUPTED
+    return st
+
+
+def unmatched_calls(events: Iterable[dict[str, Any]]) -> list[StartedCall]:
+    """Find the ``ToolCallStarted`` events with no later ``StepFinished`` for the step.
+
+    ``events`` must be in recorded order.
+    """
+    open_calls: dict[tuple[int, int], StartedCall] = {}
+    for ev in events:
+        kind = ev.get("type")
+        if kind == "ToolCallStarted":
+            key = (int(ev.get("plan_version", 1)), int(ev["step_id"]))
+            open_calls[key] = StartedCall(
+                plan_version=key[0],
+                step_id=key[1],
+                tool=str(ev.get("tool")),
+                args=dict(ev.get("args") or {}),
+                attempt=int(ev.get("attempt", 1)),
+                ts=float(ev.get("ts", 0.0)),
+            )
+        elif kind == "StepFinished":
+            result = ev.get("result") or {}
+            open_calls.pop((int(ev.get("plan_version", 1)), int(result.get("step_id", -1))), None)
+    return sorted(open_calls.values(), key=lambda c: (c.plan_version, c.step_id))

@@ -1,0 +1,206 @@
+"""Faithful JSON encoding of plans, step results and events, for the run store.
+
+`Plan.to_dict` is a display shape: it writes references as text. The store needs to
+give a plan back exactly as it was parsed (a resumed run executes it), so references
+and templates are encoded as tagged objects here and decoded back into `Ref` and
+`Template`. Step results keep their structured output as JSON data: a pydantic model
+comes back as a dict, which is what references resolve against anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from planexec.errors import ErrorKind
+from planexec.events import Event
+from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
+from planexec.results import ResolutionMethod, StepResult, StepStatus, jsonable
+
+__all__ = [
+    "decode_value",
+    "encode_value",
+    "event_to_json",
+    "plan_from_json",
+    "plan_to_json",
+    "result_from_json",
+    "result_to_json",
+]
+
+_REF = "__planexec_ref__"
+_TEMPLATE = "__planexec_template__"
+_DICT = "__planexec_dict__"
+_TAGS = frozenset({_REF, _TEMPLATE, _DICT})
+
+
+def _ref_to_json(ref: Ref) -> dict[str, Any]:
+    return {
+        "step": ref.step,
+        "path": list(ref.path),
+        "hint": ref.hint,
+        "raw": ref.raw,
+        "whole_value": ref.whole_value,
+        "location": ref.location,
+    }
+
+
+def _ref_from_json(data: dict[str, Any]) -> Ref:
+    return Ref(
+        step=int(data["step"]),
+        path=tuple(data.get("path") or ()),
+        hint=data.get("hint"),
+        raw=data.get("raw", ""),
+        whole_value=bool(data.get("whole_value", True)),
+        location=data.get("location", ""),
+    )
+
+
+def encode_value(value: Any) -> Any:
+    """Encode an argument value as JSON data, keeping `Ref` and `Template` recoverable."""
+    if isinstance(value, Ref):
+        return {_REF: _ref_to_json(value)}
+    if isinstance(value, Template):
+        return {
+            _TEMPLATE: [p if isinstance(p, str) else {_REF: _ref_to_json(p)} for p in value.parts]
+        }
+    if isinstance(value, dict):
+        encoded = {str(k): encode_value(v) for k, v in value.items()}
+        if len(encoded) == 1 and next(iter(encoded)) in _TAGS:
+            return {_DICT: encoded}  # a literal dict that looks like a tag: escape it
+        return encoded
+    if isinstance(value, list | tuple):
+        return [encode_value(v) for v in value]
+    return jsonable(value)
+
+
+def decode_value(data: Any) -> Any:
+    """Invert `encode_value`."""
+    if isinstance(data, dict):
+        if len(data) == 1:
+            (key, inner), = data.items()
+            if key == _REF:
+                return _ref_from_json(inner)
+            if key == _TEMPLATE:
+                return Template(
+                    tuple(p if isinstance(p, str) else _ref_from_json(p[_REF]) for p in inner)
+                )
+            if key == _DICT:
+                return {k: decode_value(v) for k, v in inner.items()}
+        return {k: decode_value(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [decode_value(v) for v in data]
+    return data
+
+
+def _step_to_json(step: Step) -> dict[str, Any]:
+    return {
+        "id": step.id,
+        "task": step.task,
+        "tool": step.tool,
+        "args": encode_value(step.args),
+        "positional": encode_value(list(step.positional)),
+        "args_valid": step.args_valid,
+        "args_text": step.args_text,
+        "server": step.server,
+        "depends_on": list(step.depends_on),
+        "explicit_deps": list(step.explicit_deps),
+        "expected_output": step.expected_output,
+        "lines": list(step.lines),
+    }
+
+
+def _step_from_json(data: dict[str, Any]) -> Step:
+    lines = data.get("lines") or (0, 0)
+    return Step(
+        id=int(data["id"]),
+        task=data.get("task", ""),
+        tool=data.get("tool"),
+        args=decode_value(data.get("args") or {}),
+        positional=tuple(decode_value(data.get("positional") or [])),
+        args_valid=bool(data.get("args_valid", True)),
+        args_text=data.get("args_text"),
+        server=data.get("server"),
+        depends_on=tuple(int(i) for i in data.get("depends_on") or ()),
+        explicit_deps=tuple(int(i) for i in data.get("explicit_deps") or ()),
+        expected_output=data.get("expected_output"),
+        lines=(int(lines[0]), int(lines[1])),
+    )
+
+
+def _diagnostic_from_json(data: dict[str, Any]) -> Diagnostic:
+    return Diagnostic(
+        line=data.get("line"),
+        severity=Severity(data.get("severity", "info")),
+        code=data.get("code", ""),
+        message=data.get("message", ""),
+        step=data.get("step"),
+    )
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """Encode a plan so that `plan_from_json` gives back an equal plan."""
+    return {
+        "dialect": plan.dialect,
+        "source": plan.source,
+        "steps": [_step_to_json(s) for s in plan.steps],
+        "diagnostics": [d.to_dict() for d in plan.diagnostics],
+    }
+
+
+def plan_from_json(data: dict[str, Any]) -> Plan:
+    """Decode a plan encoded by `plan_to_json`."""
+    return Plan(
+        steps=tuple(_step_from_json(s) for s in data.get("steps") or ()),
+        diagnostics=tuple(_diagnostic_from_json(d) for d in data.get("diagnostics") or ()),
+        dialect=data.get("dialect", "hashstep"),
+        source=data.get("source", ""),
+    )
+
+
+def result_to_json(result: StepResult) -> dict[str, Any]:
+    """Encode a step result (its `to_dict` shape plus the raw output)."""
+    data = result.to_dict()
+    data["raw_output"] = jsonable(result.raw_output)
+    return data
+
+
+def result_from_json(data: dict[str, Any]) -> StepResult:
+    """Decode a step result encoded by `result_to_json`."""
+    kind = data.get("error_kind")
+    return StepResult(
+        step_id=int(data["step_id"]),
+        tool=data.get("tool"),
+        status=StepStatus(data["status"]),
+        args=data.get("args"),
+        output=data.get("output"),
+        raw_output=data.get("raw_output"),
+        error=data.get("error"),
+        error_kind=ErrorKind(kind) if kind else None,
+        resolution={k: ResolutionMethod(v) for k, v in (data.get("resolution") or {}).items()},
+        llm_calls=int(data.get("llm_calls") or 0),
+        attempts=int(data.get("attempts") or 0),
+        started_at=data.get("started_at"),
+        duration=data.get("duration"),
+        server=data.get("server"),
+        note=data.get("note"),
+    )
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """Encode any event as ``{"type": ..., <fields>...}``.
+
+    Plans and step results use the faithful encodings above; everything else goes
+    through `planexec.results.jsonable`, so events added later are recorded too.
+    """
+    data: dict[str, Any] = {"type": event.type}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, Plan):
+            data[f.name] = plan_to_json(value)
+        elif isinstance(value, StepResult):
+            data[f.name] = result_to_json(value)
+        elif isinstance(value, str):
+            data[f.name] = str(value)  # StrEnum → plain text
+        else:
+            data[f.name] = jsonable(value)
+    return data

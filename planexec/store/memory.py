@@ -1,0 +1,232 @@
+"""`MemoryRunStore`: the run store for tests and short-lived processes.
+
+It keeps the same records as `SQLiteRunStore`, in memory, encoded the same way (so a
+run that records in one records in the other), and loses them with the process.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from planexec.errors import RunNotFoundError
+from planexec.events import Event, EventBus
+from planexec.results import RunStatus, StepStatus
+from planexec.store.base import (
+    EXPORT_FORMAT,
+    HOST,
+    RecordedPlan,
+    RecordedStep,
+    RunRecord,
+    StartedCall,
+    effective_status,
+    unmatched_calls,
+)
+from planexec.store.codec import event_to_json, plan_from_json, result_from_json
+
+__all__ = ["MemoryRunStore"]
+
+
+@dataclass
+class _RunState:
+    run_id: str
+    question: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    status: str = "RUNNING"
+    created_at: float | None = None
+    updated_at: float | None = None
+    finished_at: float | None = None
+    answer: str | None = None
+    error: str | None = None
+    last_error_kind: str | None = None
+    plan_version: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    plans: dict[int, dict[str, Any]] = field(default_factory=dict)
+    steps: dict[tuple[int, int], tuple[int, dict[str, Any], float]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class MemoryRunStore:
+    """A `RunStore` that keeps every record in memory.
+
+    Example:
+        >>> store = MemoryRunStore()
+        >>> bus = EventBus()
+        >>> store.attach(bus)
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _RunState] = {}
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    # -- recording -----------------------------------------------------------------
+
+    def attach(self, bus: EventBus) -> None:
+        """Subscribe `handle` to ``bus``."""
+        bus.subscribe(self.handle)
+
+    async def handle(self, event: Event) -> None:
+        """Record one event (at once: memory has nothing to commit)."""
+        self.record(event)
+
+    async def flush(self) -> None:
+        """Nothing is held back; present for the protocol."""
+
+    def record(self, event: Event) -> None:
+        """Record one event synchronously."""
+        data = event_to_json(event)
+        with self._lock:
+            self._seq += 1
+            state = self._runs.get(event.run_id)
+            if state is None:
+                state = self._runs[event.run_id] = _RunState(
+                    run_id=event.run_id, created_at=event.ts, pid=os.getpid(), host=HOST
+                )
+            state.updated_at = event.ts
+            state.events.append(data)
+            kind = data["type"]
+            if kind == "RunStarted":
+                state.question = data.get("question", "")
+                state.config = dict(data.get("config") or {})
+                state.status = str(RunStatus.RUNNING)
+                state.finished_at = None
+                state.error = None
+                state.pid, state.host = os.getpid(), HOST
+            elif kind == "PlanCreated":
+                version = int(data["version"])
+                state.plans[version] = data
+                state.plan_version = max(state.plan_version or 0, version)
+            elif kind == "StepFinished":
+                result = data["result"]
+                key = (int(data.get("plan_version", 1)), int(result["step_id"]))
+                state.steps.pop(key, None)  # re-recorded results move to the end
+                state.steps[key] = (self._seq, result, event.ts)
+                if result["status"] == str(StepStatus.FAILED) and result.get("error_kind"):
+                    state.last_error_kind = result["error_kind"]
+            elif kind == "RecoveryDecided" and data.get("error_kind"):
+                state.last_error_kind = data["error_kind"]
+            elif kind == "RunFinished":
+                state.status = str(RunStatus(data["status"]))
+                state.answer = data.get("answer")
+                state.error = data.get("error")
+                state.finished_at = event.ts
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _state(self, run_id: str) -> _RunState:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFoundError(f"no run {run_id!r} in the store") from None
+
+    def _record(self, s: _RunState) -> RunRecord:
+        counts: dict[str, int] = {}
+        for (version, _), (_, result, _) in s.steps.items():
+            if version == s.plan_version or s.plan_version is None:
+                counts[result["status"]] = counts.get(result["status"], 0) + 1
+        status = effective_status(s.status, s.pid, s.host)
+        return RunRecord(
+            run_id=s.run_id,
+            question=s.question,
+            status=status,
+            config=dict(s.config),
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+            finished_at=s.finished_at,
+            answer=s.answer,
+            error=s.error,
+            error_kind=s.last_error_kind if status is not RunStatus.SUCCEEDED else None,
+            plan_version=s.plan_version,
+            step_counts=counts,
+            pid=s.pid,
+            host=s.host,
+        )
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """Return a run's record (raises `RunNotFoundError`)."""
+        with self._lock:
+            return self._record(self._state(run_id))
+
+    def list_runs(self, status: RunStatus | str | None = None, limit: int = 50) -> list[RunRecord]:
+        """Return runs, newest first, optionally only those with ``status``."""
+        with self._lock:
+            records = [self._record(s) for s in self._runs.values()]
+        if status is not None:
+            records = [r for r in records if r.status is RunStatus(status)]
+        records.sort(key=lambda r: r.created_at or 0.0, reverse=True)
+        return records[:limit]
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's events in order, as JSON data."""
+        with self._lock:
+            return list(self._state(run_id).events)
+
+    def step_results(self, run_id: str, plan_version: int | None = None) -> list[RecordedStep]:
+        """Return the latest result of each step, in the order they were recorded."""
+        with self._lock:
+            items = sorted(self._state(run_id).steps.items(), key=lambda kv: kv[1][0])
+        return [
+            RecordedStep(plan_version=v, result=result_from_json(res), recorded_at=ts)
+            for (v, _), (_, res, ts) in items
+            if plan_version is None or v == plan_version
+        ]
+
+    def plans(self, run_id: str) -> list[RecordedPlan]:
+        """Return every plan version of a run, oldest first."""
+        with self._lock:
+            plans = sorted(self._state(run_id).plans.items())
+        return [
+            RecordedPlan(
+                version=v,
+                plan=plan_from_json(d["plan"]) if d.get("plan") else None,
+                text=d.get("text", ""),
+                reason=d.get("reason"),
+                created_at=d.get("ts"),
+            )
+            for v, d in plans
+        ]
+
+    def started_calls_without_result(self, run_id: str) -> list[StartedCall]:
+        """Return the steps whose tool call started and whose result was never recorded."""
+        return unmatched_calls(self.events(run_id))
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """Return everything recorded about a run as one JSON document."""
+        return {
+            "format": EXPORT_FORMAT,
+            "exported_at": time.time(),
+            "run": self.get_run(run_id).to_dict(),
+            "plans": [p.to_dict() for p in self.plans(run_id)],
+            "steps": [s.to_dict() for s in self.step_results(run_id)],
+            "events": self.events(run_id),
+        }
+
+    def mark_status(
+        self,
+        run_id: str,
+        status: RunStatus | str,
+        *,
+        error: str | None = None,
+        error_kind: str | None = None,
+    ) -> None:
+        """Set a run's status and reason (and, for ``RUNNING``, claim it for this process)."""
+        st = RunStatus(status)
+        with self._lock:
+            s = self._state(run_id)
+            s.status = str(st)
+            s.error = error
+            s.updated_at = time.time()
+            if error_kind is not None:
+                s.last_error_kind = error_kind
+            if st is RunStatus.RUNNING:
+                s.pid, s.host, s.finished_at = os.getpid(), HOST, None
+            elif st is not RunStatus.INTERRUPTED:
+                s.finished_at = s.updated_at
+
+    def close(self) -> None:
+        """Nothing to release."""

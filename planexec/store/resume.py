@@ -1,0 +1,524 @@
+"""Resume an interrupted run from its record in a run store.
+
+`plan_resume` reads the record and decides, for the latest plan version, what happens
+to each step:
+
+- **finished** — its result SUCCEEDED: not run again; the result is handed to the
+  executor as ``prior`` (references to it resolve against the recorded output).
+- **rerun** — its tool call started and no result was recorded (the process died
+  during the call, or while recording it): run again, because the tool is safe
+  (read-only or idempotent), or because ``rerun_unsafe`` was asked for.
+- **unknown** — same, but the tool is not safe: planexec cannot know whether the call
+  took effect. The step is recorded as ``UNKNOWN_OUTCOME`` and the run stops with a
+  message that says how to force it (``planexec runs resume RUN_ID --rerun-unsafe``).
+  A ``TOOL_TIMEOUT`` or ``CANCELLED`` failure of an unsafe tool whose call had started
+  is just as unknown, and so is an earlier ``UNKNOWN_OUTCOME``.
+- **pending** — never started, or failed/blocked/cancelled before its tool was called
+  (or with a known failure): run (again).
+
+`continue_run` carries the decision out with an `Executor`; `resume_run` does it with a
+`PlanExecuteAgent`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planexec._log import run_log, step_log
+from planexec.errors import CircuitOpenError, ErrorKind, ModelError, RunError
+from planexec.events import (
+    EventBus,
+    FallbackUsed,
+    PlanCreated,
+    RecoveryDecided,
+    RunFinished,
+    StepFinished,
+)
+from planexec.plan import Plan
+from planexec.results import (
+    PlanAttempt,
+    Run,
+    RunStatus,
+    StepResult,
+    StepStatus,
+    Usage,
+)
+from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, pid_alive
+
+__all__ = [
+    "ResumePlan",
+    "catalog_is_safe",
+    "continue_run",
+    "force_hint",
+    "plan_resume",
+    "resume_run",
+    "run_from_store",
+]
+
+_UNSURE_KINDS = frozenset({ErrorKind.TOOL_TIMEOUT, ErrorKind.CANCELLED})
+
+
+def force_hint(run_id: str) -> str:
+    """The command that resumes a run and re-runs unsafe calls anyway."""
+    return f"planexec runs resume {run_id} --rerun-unsafe"
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What resuming a run will do, step by step."""
+
+    record: RunRecord
+    """The run's record when the decision was made."""
+    plan_version: int | None
+    """The plan version that continues (None: no plan was recorded)."""
+    plan: Plan | None
+    """That plan (None: the run must plan from scratch)."""
+    prior: dict[int, StepResult] = field(default_factory=dict)
+    """Recorded results handed to the executor: SUCCEEDED ones are not run again."""
+    finished: tuple[int, ...] = ()
+    """Steps that succeeded and are reused."""
+    rerun: tuple[int, ...] = ()
+    """Steps whose call started without a recorded result, that will run again."""
+    forced: tuple[int, ...] = ()
+    """The ``rerun`` steps whose tool is not safe (re-run because of ``rerun_unsafe``)."""
+    unknown: tuple[int, ...] = ()
+    """Steps whose call started without a recorded result, whose tool is not safe."""
+    pending: tuple[int, ...] = ()
+    """Steps never started, or that failed in a known way: they run."""
+    started_calls: tuple[StartedCall, ...] = ()
+    """The calls that started without a recorded result (latest plan version)."""
+    tools: dict[int, str | None] = field(default_factory=dict)
+    """The tool of each step of the plan."""
+    message: str | None = None
+    """Why the run cannot continue as is (set when ``unknown`` is not empty)."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.record.run_id
+
+    @property
+    def complete(self) -> bool:
+        """Whether the run already succeeded: there is nothing to resume."""
+        return self.record.status is RunStatus.SUCCEEDED
+
+    @property
+    def can_continue(self) -> bool:
+        """Whether the run can continue without re-running an unsafe call."""
+        return not self.complete and not self.unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the decision as JSON-ready data."""
+        return {
+            "run_id": self.run_id,
+            "status": str(self.record.status),
+            "plan_version": self.plan_version,
+            "finished": list(self.finished),
+            "rerun": list(self.rerun),
+            "forced": list(self.forced),
+            "unknown": list(self.unknown),
+            "pending": list(self.pending),
+            "message": self.message,
+        }
+
+
+def _unknown_message(run_id: str, steps: list[tuple[int, str | None]]) -> str:
+    which = ", ".join(f"step {sid} ({tool})" for sid, tool in steps)
+    return (
+        f"run {run_id} cannot resume safely: {which} started a tool call whose outcome was "
+        f"never recorded, and the tool is not marked safe (read-only or idempotent), so "
+        f"running it again could repeat its effect. Check whether the call took effect, "
+        f"then force a re-run with: {force_hint(run_id)}"
+    )
+
+
+def plan_resume(
+    store: RunStore,
+    run_id: str,
+    *,
+    is_safe: Callable[[str], bool],
+    rerun_unsafe: bool = False,
+    allow_running: bool = False,
+) -> ResumePlan:
+    """Decide what resuming ``run_id`` does with each step of its latest plan.
+
+    Args:
+        store: The run store holding the run.
+        run_id: The run to resume.
+        is_safe: Whether a tool (by name) may be called again without harm.
+        rerun_unsafe: Re-run calls of unsafe tools whose outcome is unknown.
+        allow_running: Resume even if the run's own process still seems alive.
+
+    Raises:
+        RunNotFoundError: no such run.
+        RunError: the run is still running in a live process of this host.
+    """
+    record = store.get_run(run_id)
+    if (
+        record.status is RunStatus.RUNNING
+        and not allow_running
+        and record.host == HOST
+        and record.pid is not None
+        and pid_alive(record.pid)
+    ):
+        raise RunError(
+            f"run {run_id} is still running (process {record.pid} on {record.host}); "
+            "wait for it or stop it before resuming"
+        )
+    plans = store.plans(run_id)
+    latest = next((p for p in reversed(plans) if p.plan is not None), None)
+    if latest is None or latest.plan is None:
+        return ResumePlan(record=record, plan_version=None, plan=None)
+    plan, version = latest.plan, latest.version
+    recorded = {s.result.step_id: s.result for s in store.step_results(run_id, version)}
+    started = {
+        c.step_id: c for c in store.started_calls_without_result(run_id)
+        if c.plan_version == version
+    }
+    calls_started = {
+        int(ev["step_id"])
+        for ev in store.events(run_id)
+        if ev.get("type") == "ToolCallStarted" and int(ev.get("plan_version", 1)) == version
+    }
+    prior: dict[int, StepResult] = {}
+    finished: list[int] = []
+    rerun: list[int] = []
+    forced: list[int] = []
+    unknown: list[int] = []
+    pending: list[int] = []
+    for step in plan.steps:
+        sid, tool = step.id, step.tool
+        result = recorded.get(sid)
+        safe = tool is not None and is_safe(tool)
+        in_flight = sid in started
+        if result is not None and not in_flight:
+            if result.status is StepStatus.SUCCEEDED:
+                prior[sid] = result
+                finished.append(sid)
+                continue
+            unsure = result.error_kind is ErrorKind.UNKNOWN_OUTCOME or (
+                result.error_kind in _UNSURE_KINDS and sid in calls_started
+            )
+            in_flight = unsure and tool is not None
+        if in_flight:
+            (rerun if safe or rerun_unsafe else unknown).append(sid)
+            if not safe and rerun_unsafe:
+                forced.append(sid)
+        else:
+            pending.append(sid)
+    message = None
+    if unknown:
+        message = _unknown_message(run_id, [(sid, plan.step(sid).tool) for sid in unknown])
+    return ResumePlan(
+        record=record,
+        plan_version=version,
+        plan=plan,
+        prior=prior,
+        finished=tuple(finished),
+        rerun=tuple(rerun),
+        forced=tuple(forced),
+        unknown=tuple(unknown),
+        pending=tuple(pending),
+        started_calls=tuple(started.values()),
+        tools={s.id: s.tool for s in plan.steps},
+        message=message,
+    )
+
+
+def run_from_store(store: RunStore, run_id: str) -> Run:
+    """Rebuild a `Run` from its record: attempts, results, status, usage.
+
+    Raises:
+        RunNotFoundError: no such run.
+    """
+    record = store.get_run(run_id)
+    results: dict[int, list[StepResult]] = {}
+    for rs in store.step_results(run_id):
+        results.setdefault(rs.plan_version, []).append(rs.result)
+    attempts = [
+        PlanAttempt(version=p.version, plan=p.plan, text=p.text, reason=p.reason,
+                    results=results.get(p.version, []))
+        for p in store.plans(run_id)
+    ]
+    known = {a.version for a in attempts}
+    for version in sorted(set(results) - known):  # results recorded without a PlanCreated
+        attempts.append(PlanAttempt(version=version, plan=None, results=results[version]))
+    usage = Usage()
+    for ev in store.events(run_id):
+        if ev.get("type") == "LLMCalled":
+            usage.add_llm_call(str(ev.get("purpose", "")))
+        elif ev.get("type") == "ToolCallStarted":
+            usage.tool_calls += 1
+    if record.created_at is not None:
+        usage.wall_time = (record.finished_at or record.updated_at or 0.0) - record.created_at
+    kind = record.error_kind
+    return Run(
+        run_id=run_id,
+        question=record.question,
+        attempts=attempts,
+        status=record.status,
+        answer=record.answer,
+        error=record.error,
+        error_kind=ErrorKind(kind) if kind and kind in ErrorKind.__members__ else None,
+        usage=usage,
+    )
+
+
+async def _stop_unknown(rp: ResumePlan, bus: EventBus) -> None:
+    """Record UNKNOWN_OUTCOME for each unknown step, and the run as failed."""
+    assert rp.message is not None and rp.plan is not None and rp.plan_version is not None
+    for sid in rp.unknown:
+        step = rp.plan.step(sid)
+        call = next((c for c in rp.started_calls if c.step_id == sid), None)
+        error = (
+            f"step {sid}: the call to {step.tool!r} started but its outcome was never "
+            f"recorded, and {step.tool!r} is not safe to repeat; to run it again: "
+            f"{force_hint(rp.run_id)}"
+        )
+        step_log(rp.run_id, sid).warning(error)
+        await bus.emit(
+            StepFinished(
+                run_id=rp.run_id,
+                plan_version=rp.plan_version,
+                result=StepResult(
+                    step_id=sid,
+                    tool=step.tool,
+                    status=StepStatus.FAILED,
+                    args=call.args if call else None,
+                    error=error,
+                    error_kind=ErrorKind.UNKNOWN_OUTCOME,
+                    server=step.server,
+                    started_at=call.ts if call else None,
+                ),
+            )
+        )
+    await bus.emit(
+        RecoveryDecided(run_id=rp.run_id, error_kind=ErrorKind.UNKNOWN_OUTCOME, action="stop",
+                        reason=rp.message, step_id=rp.unknown[0])
+    )
+    await bus.emit(RunFinished(run_id=rp.run_id, status=str(RunStatus.FAILED), error=rp.message))
+
+
+async def _announce(rp: ResumePlan, store: RunStore, bus: EventBus) -> None:
+    """Claim the run for this process and record what resuming will do."""
+    store.mark_status(rp.run_id, RunStatus.RUNNING)
+    reason = (
+        f"resuming run {rp.run_id} at plan version {rp.plan_version}: "
+        f"{len(rp.finished)} finished step(s) reused, {len(rp.rerun)} interrupted call(s) "
+        f"re-run, {len(rp.pending)} step(s) to run"
+    )
+    run_log(rp.run_id).info(reason)
+    await bus.emit(RecoveryDecided(run_id=rp.run_id, error_kind=None, action="resume",
+                                   reason=reason))
+    for sid in rp.rerun:
+        tool = rp.tools.get(sid)
+        msg = (
+            f"step {sid}: the call to {tool!r} started but its result was never recorded; "
+            + ("calling it again although the tool is not safe (forced with --rerun-unsafe)"
+               if sid in rp.forced
+               else "calling it again because the tool is safe to repeat")
+        )
+        step_log(rp.run_id, sid).warning(msg)
+        await bus.emit(FallbackUsed(run_id=rp.run_id, step_id=sid, code="RESUME_RERUN",
+                                    message=msg))
+
+
+Execute = Callable[[Plan, Mapping[int, StepResult], int], Awaitable[list[StepResult]]]
+"""Runs a plan: ``(plan, prior, plan_version) -> results`` (e.g. `Executor.run`)."""
+
+
+async def continue_run(
+    store: RunStore,
+    run_id: str,
+    execute: Execute,
+    *,
+    bus: EventBus,
+    is_safe: Callable[[str], bool],
+    rerun_unsafe: bool = False,
+) -> Run:
+    """Resume ``run_id`` by running the rest of its latest plan with ``execute``.
+
+    ``bus`` must deliver to ``store`` (and is what ``execute`` emits to). No recovery,
+    re-planning or answer: the run succeeds when every step of the plan succeeds. The
+    agent's `resume_run` adds those.
+
+    Raises:
+        RunNotFoundError: no such run.
+        RunError: the run is still running, or has no plan to continue.
+    """
+    rp = plan_resume(store, run_id, is_safe=is_safe, rerun_unsafe=rerun_unsafe)
+    if rp.complete:
+        return run_from_store(store, run_id)
+    if rp.plan is None or rp.plan_version is None:
+        raise RunError(f"run {run_id} has no recorded plan to continue")
+    if not rp.can_continue:
+        store.mark_status(run_id, RunStatus.RUNNING)
+        await _stop_unknown(rp, bus)
+        return run_from_store(store, run_id)
+    await _announce(rp, store, bus)
+    results = await execute(rp.plan, rp.prior, rp.plan_version)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        first = failed[0]
+        await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.FAILED),
+                                   error=first.error or f"step {first.step_id} {first.status}"))
+    else:
+        await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.SUCCEEDED)))
+    return run_from_store(store, run_id)
+
+
+def catalog_is_safe(catalog: Any) -> Callable[[str], bool]:
+    """Build an ``is_safe`` function from a `ToolCatalog` (unknown tools are unsafe)."""
+
+    def is_safe(tool: str) -> bool:
+        try:
+            spec = catalog.lookup(tool)
+        except KeyError:  # ambiguous across servers: safe only if every one is
+            specs = [s for s in catalog.specs() if s.name == tool]
+            return bool(specs) and all(s.hints.safe for s in specs)
+        if spec is None:
+            from planexec.planner import FINAL_STEP_TOOL
+
+            return tool == FINAL_STEP_TOOL
+        return bool(spec.hints.safe)
+
+    return is_safe
+
+
+async def resume_run(agent: Any, store: RunStore, run_id: str, rerun_unsafe: bool = False) -> Run:
+    """Resume ``run_id`` with a `PlanExecuteAgent` (its tools, model, config and policy).
+
+    The latest plan continues with the agent's whole loop: failed steps get recovery
+    decisions, re-plans are made (numbered after the recorded ones), the answer is
+    written and the evaluator consulted. The events go to ``store`` (and to the agent's
+    own store and handlers). A run recorded before any plan was made is planned afresh
+    under the same id.
+
+    Raises:
+        RunNotFoundError: no such run.
+        RunError: the run is still running in a live process, or it has no plan and
+            the agent has no model to plan with.
+    """
+    from planexec.agent import _Replan, _Stop
+
+    rp = plan_resume(store, run_id, is_safe=catalog_is_safe(agent.catalog),
+                     rerun_unsafe=rerun_unsafe)
+    if rp.complete:
+        return run_from_store(store, run_id)
+    handlers = [] if getattr(agent, "store", None) is store else [store.handle]
+    if rp.plan is None or rp.plan_version is None:
+        if getattr(agent, "planner", None) is None:
+            raise RunError(f"run {run_id} has no recorded plan and the agent has no model")
+        run_log(run_id).warning("run {} was interrupted before it had a plan: planning again",
+                                run_id)
+        store.mark_status(run_id, RunStatus.RUNNING)
+        run: Run = await agent.run(rp.record.question, run_id=run_id, event_handlers=handlers)
+        return run
+    if not rp.can_continue:
+        bus = EventBus()
+        store.attach(bus)
+        store.mark_status(run_id, RunStatus.RUNNING)
+        await _stop_unknown(rp, bus)
+        return run_from_store(store, run_id)
+
+    restored = run_from_store(store, run_id)
+    next_version = max([a.version for a in restored.attempts] + [rp.plan_version]) + 1
+    store.mark_status(run_id, RunStatus.RUNNING)
+    ctx = await agent._start(rp.record.question, run_id, None, handlers)
+    run = ctx.run
+    run.attempts = restored.attempts
+    ctx.state.replans = max(0, len([a for a in run.attempts if a.version > 1]))
+    await _announce(rp, store, ctx.bus)
+    attempt = next((a for a in run.attempts if a.version == rp.plan_version), None)
+    if attempt is None:  # pragma: no cover - plan_resume found it in the same record
+        attempt = PlanAttempt(rp.plan_version, rp.plan)
+        run.attempts.append(attempt)
+    prior = _prior_with_earlier_versions(store, run_id, rp)
+
+    async def loop() -> None:
+        plan: Plan | None = rp.plan
+        version: int = attempt.version
+        current = attempt
+        known: Mapping[int, StepResult] = prior
+        text = current.text
+        while True:
+            ctx.current = current
+            try:
+                if plan is None:
+                    from planexec.recovery import Failure
+
+                    failure = Failure(ErrorKind.PLAN_PARSE,
+                                      f"plan {version}: no usable plan", plan_version=version)
+                    await agent._decide_round(ctx, [failure], None, {}, text)
+                    raise AssertionError("unreachable")  # pragma: no cover
+                latest = await agent._execute(ctx, plan, known, current)
+                if run.status is RunStatus.CANCELLED:
+                    return
+                await agent._conclude(ctx, plan, latest, text)
+                return
+            except _Replan as r:
+                replan = r.ctx
+            version = max(version, next_version - 1) + 1
+            if replan.version != version:
+                replan = dataclasses.replace(replan, version=version)
+            try:
+                outcome = await agent.planner.plan(
+                    run.question, context=replan,
+                    output_schema=(
+                        ctx.output_type.model_json_schema() if ctx.output_type else None
+                    ),
+                    client=ctx.client, run_id=run.run_id, bus=ctx.bus,
+                )
+            except (ModelError, CircuitOpenError) as exc:
+                kind = (ErrorKind.CIRCUIT_OPEN if isinstance(exc, CircuitOpenError)
+                        else ErrorKind.MODEL_ERROR)
+                raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
+            plan, text, known = outcome.plan, outcome.text, outcome.prior
+            current = PlanAttempt(version, plan, text, reason=replan.reason)
+            run.attempts.append(current)
+            await ctx.bus.emit(PlanCreated(run_id=run.run_id, version=version, plan=plan,
+                                           text=text, reason=replan.reason))
+
+    try:
+        try:
+            await loop()
+        except _Stop as stop:
+            cancelled = stop.kind is ErrorKind.CANCELLED
+            run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+            run.error, run.error_kind = stop.message, stop.kind
+        if run.status is not RunStatus.CANCELLED and run.error_kind is not ErrorKind.MODEL_ERROR:
+            await agent._answer_if_missing(ctx)
+    except asyncio.CancelledError:
+        agent._mark_cancelled(ctx)
+        await agent._finish(ctx)
+        raise
+    await agent._finish(ctx)
+    if hasattr(store, "flush"):
+        await store.flush()
+    return run
+
+
+def _prior_with_earlier_versions(
+    store: RunStore, run_id: str, rp: ResumePlan
+) -> dict[int, StepResult]:
+    """The plan's reusable results, plus succeeded results of earlier plan versions.
+
+    A re-plan may reference steps kept from earlier plans; they are not part of the new
+    plan but must be visible to its references.
+    """
+    prior: dict[int, StepResult] = {}
+    for rs in store.step_results(run_id):
+        if (
+            rs.result.ok
+            and rp.plan_version is not None
+            and rs.plan_version < rp.plan_version
+            and rp.plan is not None
+            and rs.result.step_id not in rp.plan.ids
+        ):
+            prior[rs.result.step_id] = rs.result
+    prior.update(rp.prior)
+    return prior

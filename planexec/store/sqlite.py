@@ -1,0 +1,694 @@
+"""`SQLiteRunStore`: the default run store, one SQLite file.
+
+- **WAL mode**: readers (``planexec runs list`` in another terminal) never block the
+  writer, and a commit survives the process being killed.
+- **Schema versioning**: ``PRAGMA user_version`` holds the schema version; `MIGRATIONS`
+  lists the steps from an empty file to the current schema, applied in one transaction
+  when a file is opened. A file written by a newer planexec is refused.
+- **One writer at a time, short transactions**: every write is one ``BEGIN IMMEDIATE``
+  transaction holding a few rows. Inside a process a lock serializes use of the
+  connection; between processes SQLite's file lock does, with ``busy_timeout`` and then
+  retries with exponential backoff and jitter on ``database is locked``.
+- **Durability**: `handle` commits checkpoint events (`CHECKPOINT_EVENTS`, which
+  include ``ToolCallStarted`` and ``StepFinished``) before it returns; the executor
+  awaits the bus before starting dependent steps, so a step's result is committed
+  before any step that depends on it starts. Other events ride along with the next
+  checkpoint. Every commit survives the process being killed; which commits are also
+  flushed to disk against an OS crash is the ``durability`` mode (`FLUSHED_EVENTS`).
+- A write is first tried on the calling thread without waiting (a short transaction;
+  with ``FULL`` it includes the fsync). If the connection or the file is locked, it
+  goes to a worker thread (`asyncio.to_thread`) that waits and retries, so a lock wait
+  never blocks the event loop. Reads are short and synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from planexec._log import logger
+from planexec.errors import RunNotFoundError, StoreError
+from planexec.events import Event, EventBus
+from planexec.results import RunStatus
+from planexec.store.base import (
+    CHECKPOINT_EVENTS,
+    EXPORT_FORMAT,
+    HOST,
+    RecordedPlan,
+    RecordedStep,
+    RunRecord,
+    StartedCall,
+    effective_status,
+    unmatched_calls,
+)
+from planexec.store.codec import event_to_json, plan_from_json, result_from_json
+
+__all__ = ["DURABILITY", "FLUSHED_EVENTS", "MIGRATIONS", "SCHEMA_VERSION", "SQLiteRunStore"]
+
+T = TypeVar("T")
+
+_V1 = """
+CREATE TABLE runs (
+    run_id       TEXT PRIMARY KEY,
+    question     TEXT NOT NULL DEFAULT '',
+    config       TEXT NOT NULL DEFAULT '{}',
+    status       TEXT NOT NULL,
+    created_at   REAL,
+    updated_at   REAL,
+    finished_at  REAL,
+    answer       TEXT,
+    error        TEXT,
+    error_kind   TEXT,
+    plan_version INTEGER,
+    pid          INTEGER,
+    host         TEXT
+);
+CREATE INDEX runs_by_created ON runs (created_at);
+CREATE INDEX runs_by_status ON runs (status, created_at);
+CREATE TABLE plans (
+    run_id      TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    created_at  REAL,
+    text        TEXT NOT NULL DEFAULT '',
+    reason      TEXT,
+    plan        TEXT,
+    diagnostics TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (run_id, version)
+);
+CREATE TABLE step_results (
+    run_id       TEXT NOT NULL,
+    plan_version INTEGER NOT NULL,
+    step_id      INTEGER NOT NULL,
+    seq          INTEGER NOT NULL,
+    status       TEXT NOT NULL,
+    tool         TEXT,
+    error_kind   TEXT,
+    started_at   REAL,
+    duration     REAL,
+    recorded_at  REAL,
+    result       TEXT NOT NULL,
+    PRIMARY KEY (run_id, plan_version, step_id)
+);
+CREATE TABLE events (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id       TEXT NOT NULL,
+    ts           REAL NOT NULL,
+    type         TEXT NOT NULL,
+    step_id      INTEGER,
+    plan_version INTEGER,
+    data         TEXT NOT NULL
+);
+CREATE INDEX events_by_run ON events (run_id, seq);
+"""
+
+
+def _migrate_v1(conn: sqlite3.Connection) -> None:
+    for statement in _V1.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+Migration = tuple[int, Callable[[sqlite3.Connection], None]]
+
+MIGRATIONS: list[Migration] = [(1, _migrate_v1)]
+"""Schema steps ``(version, apply)`` in order; a file at version N gets every step > N."""
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+"""The schema version this planexec writes."""
+
+_MAX_BUFFERED = 256
+
+DURABILITY = ("calls", "full", "process")
+"""The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
+
+FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished"})
+"""Events whose commit is flushed to disk in the ``"calls"`` durability mode.
+
+Losing a ``ToolCallStarted`` to an OS crash would let resume call an unsafe tool again
+as if it had never been called; losing a later ``StepFinished`` only makes resume see
+an interrupted call (re-run if safe, ``UNKNOWN_OUTCOME`` if not). The flush of a
+``ToolCallStarted`` also makes every earlier commit durable (the WAL is one file,
+written in order), so a step's result is on disk before any later tool call starts.
+"""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+class SQLiteRunStore:
+    """A `RunStore` in one SQLite file, safe for several runs and several processes.
+
+    Args:
+        path: the database file (created with its parent directories if absent).
+        durability: what a commit survives. ``"calls"`` (the default): every commit
+            survives the process being killed, and the commit of a ``ToolCallStarted``
+            or ``RunFinished`` is also flushed to disk (fsync), which makes it — and
+            every earlier commit — survive an OS crash or power loss. ``"full"``:
+            every commit is flushed. ``"process"``: none is (fastest; survives the
+            process being killed, not an OS crash).
+        busy_timeout: seconds SQLite waits for another writer's lock.
+        retries: further attempts, with exponential backoff and jitter, when the lock
+            is still held after ``busy_timeout``.
+        buffer_events: hold non-checkpoint events in memory until the run's next
+            checkpoint event (fewer transactions); False commits every event at once.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "calls",
+        busy_timeout: float = 5.0,
+        retries: int = 6,
+        buffer_events: bool = True,
+    ) -> None:
+        if durability not in DURABILITY:
+            raise StoreError(
+                f"durability must be one of {', '.join(DURABILITY)}, not {durability!r}"
+            )
+        self.path = Path(path)
+        self.durability = durability
+        self.busy_timeout = busy_timeout
+        self.retries = retries
+        self.buffer_events = buffer_events
+        self._lock = threading.RLock()
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._pending_lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._conn_pid: int | None = None
+        self._sync: str | None = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._connection()
+
+    def __repr__(self) -> str:
+        return f"SQLiteRunStore({str(self.path)!r})"
+
+    def __enter__(self) -> SQLiteRunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connection, schema, retries ---------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """Return this process's connection, opening (and migrating) it if needed.
+
+        A connection inherited through ``fork`` is never reused.
+        """
+        if self._conn is not None and self._conn_pid == os.getpid():
+            return self._conn
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            mode = self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            if str(mode).lower() != "wal":
+                raise StoreError(f"the run store {self.path} cannot use WAL mode ({mode})")
+            self._sync = None
+            self._retry(lambda: self._migrate(conn))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._conn_pid = conn, os.getpid()
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        latest = MIGRATIONS[-1][0]
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > latest:
+            raise StoreError(
+                f"the run store {self.path} has schema version {version}, newer than this "
+                f"planexec understands ({latest}); upgrade planexec"
+            )
+        if version == latest:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # re-read locked
+            for target, apply in MIGRATIONS:
+                if target > version:
+                    apply(conn)
+                    conn.execute(f"PRAGMA user_version = {int(target)}")
+                    if version > 0:
+                        logger.bind(run_id="-", step_id="-").warning(
+                            "run store {}: migrated schema to version {}", self.path, target
+                        )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        """Call ``fn``, retrying with backoff while the database is locked."""
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or attempt == self.retries:
+                    raise StoreError(f"run store {self.path}: {exc}") from exc
+                logger.bind(run_id="-", step_id="-").warning(
+                    "run store {} is locked ({}); retry {} of {} in {:.2f}s",
+                    self.path, exc, attempt + 1, self.retries, delay,
+                )
+                time.sleep(delay * (1 + random.random()))  # noqa: S311 - jitter
+                delay = min(delay * 2, 2.0)
+            except sqlite3.Error as exc:
+                raise StoreError(f"run store {self.path}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _set_sync(self, conn: sqlite3.Connection, flush: bool) -> None:
+        """Choose, before a transaction, whether its commit is flushed to disk."""
+        mode = "FULL" if flush else "NORMAL"
+        if self._sync != mode:
+            conn.execute(f"PRAGMA synchronous = {mode}")
+            self._sync = mode
+
+    def _flushes(self, batch: list[dict[str, Any]]) -> bool:
+        if self.durability == "full":
+            return True
+        if self.durability == "process":
+            return False
+        return any(d["type"] in FLUSHED_EVENTS for d in batch)
+
+    def _write(self, fn: Callable[[sqlite3.Connection], None], flush: bool = True) -> None:
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, with retries."""
+
+        def tx() -> None:
+            conn = self._connection()
+            self._set_sync(conn, flush and self.durability != "process")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        with self._lock:
+            self._retry(tx)
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return self._retry(lambda: fn(self._connection()))
+
+    def schema_version(self) -> int:
+        """The schema version of the file (``PRAGMA user_version``)."""
+        return int(self._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0]))
+
+    def journal_mode(self) -> str:
+        """The journal mode of the file (``wal``)."""
+        return str(self._read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]))
+
+    # -- recording -----------------------------------------------------------------
+
+    def attach(self, bus: EventBus) -> None:
+        """Subscribe `handle` to ``bus``."""
+        bus.subscribe(self.handle)
+
+    async def handle(self, event: Event) -> None:
+        """Record one event; a checkpoint event is committed before this returns."""
+        data = event_to_json(event)
+        batch = self._enqueue(data)
+        if batch and not self._write_now(batch):
+            await asyncio.to_thread(self.write_events, batch)
+
+    def record(self, event: Event) -> None:
+        """Record one event synchronously (same rules as `handle`)."""
+        batch = self._enqueue(event_to_json(event))
+        if batch:
+            self.write_events(batch)
+
+    def _enqueue(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """Buffer ``data`` or return the batch that must be committed now."""
+        run_id = data["run_id"]
+        with self._pending_lock:
+            pending = self._pending.setdefault(run_id, [])
+            pending.append(data)
+            if (
+                not self.buffer_events
+                or data["type"] in CHECKPOINT_EVENTS
+                or len(pending) >= _MAX_BUFFERED
+            ):
+                return self._pending.pop(run_id)
+        return []
+
+    async def flush(self) -> None:
+        """Commit every buffered event."""
+        await asyncio.to_thread(self.flush_sync)
+
+    def flush_sync(self) -> None:
+        """Commit every buffered event, synchronously."""
+        with self._pending_lock:
+            batches = list(self._pending.values())
+            self._pending.clear()
+        for batch in batches:
+            if batch:
+                self.write_events(batch)
+
+    def write_events(self, batch: list[dict[str, Any]]) -> None:
+        """Commit encoded events (`planexec.store.codec.event_to_json`) in one transaction."""
+
+        def apply(conn: sqlite3.Connection) -> None:
+            for data in batch:
+                self._apply(conn, data)
+            self._before_commit(batch)
+
+        self._write(apply, self._flushes(batch))
+
+    def _write_now(self, batch: list[dict[str, Any]]) -> bool:
+        """Commit ``batch`` on the calling thread if no one holds a lock; else return False.
+
+        The fast path: a short transaction that never waits. When the connection is in
+        use in this process, or another process holds the write lock, the caller falls
+        back to `write_events` in a worker thread, which waits and retries.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            conn = self._connection()
+            self._set_sync(conn, self._flushes(batch))
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc):
+                    return False
+                raise StoreError(f"run store {self.path}: {exc}") from exc
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            try:
+                for data in batch:
+                    self._apply(conn, data)
+                self._before_commit(batch)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                    return False
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"run store {self.path}: {exc}") from exc
+                raise
+            return True
+        finally:
+            self._lock.release()
+
+    def _before_commit(self, batch: list[dict[str, Any]]) -> None:
+        """Called inside the write transaction, just before ``COMMIT``.
+
+        A hook for instrumentation and for crash tests (kill the process mid-write); it
+        does nothing here.
+        """
+
+    def _apply(self, conn: sqlite3.Connection, data: dict[str, Any]) -> None:
+        run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
+        conn.execute(
+            "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host) "
+            "VALUES (?, 'RUNNING', ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
+            (run_id, ts, ts, os.getpid(), HOST),
+        )
+        result = data.get("result") if kind == "StepFinished" else None
+        step_id = data.get("step_id", result.get("step_id") if result else None)
+        cur = conn.execute(
+            "INSERT INTO events (run_id, ts, type, step_id, plan_version, data) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")),
+             _dumps(data)),
+        )
+        seq = cur.lastrowid
+        if kind == "RunStarted":
+            conn.execute(
+                "UPDATE runs SET question = ?, config = ?, status = 'RUNNING', pid = ?, "
+                "host = ?, finished_at = NULL, error = NULL WHERE run_id = ?",
+                (data.get("question", ""), _dumps(data.get("config") or {}), os.getpid(),
+                 HOST, run_id),
+            )
+        elif kind == "PlanCreated":
+            plan = data.get("plan")
+            conn.execute(
+                "INSERT OR REPLACE INTO plans (run_id, version, created_at, text, reason, plan, "
+                "diagnostics) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, int(data["version"]), ts, data.get("text", ""), data.get("reason"),
+                 _dumps(plan) if plan is not None else None,
+                 _dumps(plan.get("diagnostics", []) if plan else [])),
+            )
+            conn.execute(
+                "UPDATE runs SET plan_version = MAX(COALESCE(plan_version, 0), ?) "
+                "WHERE run_id = ?",
+                (int(data["version"]), run_id),
+            )
+        elif kind == "StepFinished" and result is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO step_results (run_id, plan_version, step_id, seq, "
+                "status, tool, error_kind, started_at, duration, recorded_at, result) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, int(data.get("plan_version", 1)), int(result["step_id"]), seq,
+                 result["status"], result.get("tool"), result.get("error_kind"),
+                 result.get("started_at"), result.get("duration"), ts, _dumps(result)),
+            )
+            if result["status"] == "FAILED" and result.get("error_kind"):
+                conn.execute(
+                    "UPDATE runs SET error_kind = ? WHERE run_id = ?",
+                    (result["error_kind"], run_id),
+                )
+        elif kind == "RecoveryDecided" and data.get("error_kind"):
+            conn.execute(
+                "UPDATE runs SET error_kind = ? WHERE run_id = ?", (data["error_kind"], run_id)
+            )
+        elif kind == "RunFinished":
+            conn.execute(
+                "UPDATE runs SET status = ?, answer = ?, error = ?, finished_at = ? "
+                "WHERE run_id = ?",
+                (str(RunStatus(data["status"])), data.get("answer"), data.get("error"), ts,
+                 run_id),
+            )
+
+    def mark_status(
+        self,
+        run_id: str,
+        status: RunStatus | str,
+        *,
+        error: str | None = None,
+        error_kind: str | None = None,
+    ) -> None:
+        """Set a run's status and reason (and, for ``RUNNING``, claim it for this process).
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+        st = RunStatus(status)
+        now = time.time()
+
+        def apply(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE runs SET status = ?, error = ?, updated_at = ?, "
+                "error_kind = COALESCE(?, error_kind), "
+                "finished_at = CASE WHEN ? THEN ? ELSE NULL END WHERE run_id = ?",
+                (str(st), error, now, error_kind,
+                 st not in (RunStatus.RUNNING, RunStatus.INTERRUPTED), now, run_id),
+            )
+            if cur.rowcount == 0:
+                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+            if st is RunStatus.RUNNING:
+                conn.execute(
+                    "UPDATE runs SET pid = ?, host = ? WHERE run_id = ?",
+                    (os.getpid(), HOST, run_id),
+                )
+
+        self._write(apply)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _record(self, conn: sqlite3.Connection, row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
+        (run_id, question, config, status, created_at, updated_at, finished_at, answer, error,
+         error_kind, plan_version, pid, host) = row
+        counts = dict(
+            conn.execute(
+                "SELECT status, COUNT(*) FROM step_results WHERE run_id = ? AND plan_version = ? "
+                "GROUP BY status",
+                (run_id, plan_version if plan_version is not None else 1),
+            ).fetchall()
+        )
+        st = effective_status(status, pid, host)
+        return RunRecord(
+            run_id=run_id,
+            question=question,
+            status=st,
+            config=json.loads(config or "{}"),
+            created_at=created_at,
+            updated_at=updated_at,
+            finished_at=finished_at,
+            answer=answer,
+            error=error,
+            error_kind=error_kind if st is not RunStatus.SUCCEEDED else None,
+            plan_version=plan_version,
+            step_counts=counts,
+            pid=pid,
+            host=host,
+        )
+
+    _RUN_COLUMNS = (
+        "run_id, question, config, status, created_at, updated_at, finished_at, answer, "
+        "error, error_kind, plan_version, pid, host"
+    )
+
+    def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
+        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """Return a run's record.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+
+        def read(conn: sqlite3.Connection) -> RunRecord:
+            row = conn.execute(
+                f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+            return self._record(conn, row)
+
+        return self._read(read)
+
+    def list_runs(self, status: RunStatus | str | None = None, limit: int = 50) -> list[RunRecord]:
+        """Return runs, newest first, optionally only those with ``status``.
+
+        ``INTERRUPTED`` lists runs recorded as running whose process is gone.
+        """
+        want = RunStatus(status) if status is not None else None
+
+        def read(conn: sqlite3.Connection) -> list[RunRecord]:
+            sql = f"SELECT {self._RUN_COLUMNS} FROM runs"
+            params: tuple[Any, ...] = ()
+            if want is not None:
+                stored = RunStatus.RUNNING if want is RunStatus.INTERRUPTED else want
+                sql += " WHERE status IN (?, ?)"
+                params = (str(stored), str(want))
+            sql += " ORDER BY created_at DESC, rowid DESC"
+            out: list[RunRecord] = []
+            for row in conn.execute(sql, params).fetchall():
+                record = self._record(conn, row)
+                if want is None or record.status is want:
+                    out.append(record)
+                    if len(out) >= limit:
+                        break
+            return out
+
+        return self._read(read)
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """Return a run's events in order, as JSON data (committed events only)."""
+
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            self._require(conn, run_id)
+            rows = conn.execute(
+                "SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+        return self._read(read)
+
+    def step_results(self, run_id: str, plan_version: int | None = None) -> list[RecordedStep]:
+        """Return the latest result of each step, in the order they were recorded."""
+
+        def read(conn: sqlite3.Connection) -> list[RecordedStep]:
+            self._require(conn, run_id)
+            sql = "SELECT plan_version, recorded_at, result FROM step_results WHERE run_id = ?"
+            params: tuple[Any, ...] = (run_id,)
+            if plan_version is not None:
+                sql += " AND plan_version = ?"
+                params += (plan_version,)
+            rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
+            return [
+                RecordedStep(plan_version=v, result=result_from_json(json.loads(r)),
+                             recorded_at=ts)
+                for v, ts, r in rows
+            ]
+
+        return self._read(read)
+
+    def plans(self, run_id: str) -> list[RecordedPlan]:
+        """Return every plan version of a run, oldest first."""
+
+        def read(conn: sqlite3.Connection) -> list[RecordedPlan]:
+            self._require(conn, run_id)
+            rows = conn.execute(
+                "SELECT version, created_at, text, reason, plan FROM plans WHERE run_id = ? "
+                "ORDER BY version",
+                (run_id,),
+            ).fetchall()
+            return [
+                RecordedPlan(
+                    version=v,
+                    plan=plan_from_json(json.loads(p)) if p else None,
+                    text=text or "",
+                    reason=reason,
+                    created_at=ts,
+                )
+                for v, ts, text, reason, p in rows
+            ]
+
+        return self._read(read)
+
+    def started_calls_without_result(self, run_id: str) -> list[StartedCall]:
+        """Return the steps whose tool call started and whose result was never recorded."""
+
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            self._require(conn, run_id)
+            rows = conn.execute(
+                "SELECT data FROM events WHERE run_id = ? "
+                "AND type IN ('ToolCallStarted', 'StepFinished') ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+        return unmatched_calls(self._read(read))
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """Return everything recorded about a run as one JSON document."""
+        return {
+            "format": EXPORT_FORMAT,
+            "exported_at": time.time(),
+            "run": self.get_run(run_id).to_dict(),
+            "plans": [p.to_dict() for p in self.plans(run_id)],
+            "steps": [s.to_dict() for s in self.step_results(run_id)],
+            "events": self.events(run_id),
+        }
+
+    def close(self) -> None:
+        """Commit buffered events and close the connection."""
+        self.flush_sync()
+        with self._lock:
+            if self._conn is not None and self._conn_pid == os.getpid():
+                self._conn.close()
+            self._conn = None

@@ -1,0 +1,640 @@
+"""The tool catalog: langchain-core tools, their schemas and their safety hints.
+
+`ToolCatalog` wraps langchain-core tools (`BaseTool`, `StructuredTool`, ``@tool``) as
+`ToolSpec` entries: name, server, description, a pydantic args schema (the tool's own,
+or one built from a JSON schema), the JSON schema shown to models, the argument names
+in schema order, and `ToolHints` (``read_only``, ``idempotent``, ``destructive``) that
+decide what may be retried.
+
+Tool names may be qualified by their server (``iot.sites``). The same tool name on two
+servers is allowed; looking it up without the server is then an error that lists the
+candidates (`AmbiguousToolError`).
+
+The module also holds the helpers the executor uses around a call: `invoke_tool`,
+`normalize_output` (step outputs keep their structure) and `error_payload`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import InitErrorDetails
+
+from planexec._loading import load_object
+from planexec.errors import ToolLoadError
+
+__all__ = [
+    "AmbiguousToolError",
+    "ToolCallError",
+    "ToolCatalog",
+    "ToolHints",
+    "ToolSpec",
+    "error_payload",
+    "invoke_tool",
+    "load_tools",
+    "normalize_output",
+]
+
+_HINT_KEYS: dict[str, str] = {
+    "read_only": "read_only",
+    "readOnlyHint": "read_only",
+    "idempotent": "idempotent",
+    "idempotentHint": "idempotent",
+    "destructive": "destructive",
+    "destructiveHint": "destructive",
+}
+"""Hint names accepted in mappings: planexec's own and MCP's tool annotations."""
+
+
+class AmbiguousToolError(KeyError):
+    """A tool name matches tools on several servers; qualify it as ``server.tool``."""
+
+    def __init__(self, name: str, candidates: Sequence[str]) -> None:
+        self.name = name
+        """The name looked up."""
+        self.candidates = list(candidates)
+        """The qualified names it could mean."""
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        return (
+            f"tool name {self.name!r} is ambiguous: it exists on several servers "
+            f"({', '.join(self.candidates)}); write it as server.tool"
+        )
+
+
+class ToolCallError(RuntimeError):
+    """A tool reported an error in its `ToolMessage` (status ``error``)."""
+
+
+@dataclass(frozen=True)
+class ToolHints:
+    """Safety hints for a tool. None means unknown, which counts as unsafe."""
+
+    read_only: bool | None = None
+    """The tool only reads: calling it again changes nothing."""
+    idempotent: bool | None = None
+    """Calling it twice with the same arguments has the effect of calling it once."""
+    destructive: bool | None = None
+    """The tool may destroy or overwrite something."""
+
+    @property
+    def safe(self) -> bool:
+        """Whether a call may be repeated: read-only or idempotent, and not destructive."""
+        return bool(self.read_only or self.idempotent) and not self.destructive
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> ToolHints:
+        """Read hints from a mapping (``read_only`` or MCP's ``readOnlyHint`` spelling).
+
+        Keys that are not hints (e.g. ``server``) are ignored.
+        """
+        values: dict[str, bool | None] = {}
+        for key, value in (mapping or {}).items():
+            name = _HINT_KEYS.get(key)
+            if name is not None and value is not None:
+                values[name] = bool(value)
+        return cls(**values)
+
+    def merged(self, other: ToolHints) -> ToolHints:
+        """Return these hints with every hint that ``other`` knows taken from ``other``."""
+        return ToolHints(
+            read_only=other.read_only if other.read_only is not None else self.read_only,
+            idempotent=other.idempotent if other.idempotent is not None else self.idempotent,
+            destructive=(
+                other.destructive if other.destructive is not None else self.destructive
+            ),
+        )
+
+    def to_dict(self) -> dict[str, bool | None]:
+        """Return the hints as a dict."""
+        return {
+            "read_only": self.read_only,
+            "idempotent": self.idempotent,
+            "destructive": self.destructive,
+        }
+
+
+_JSON_TYPE_NAMES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "array": "list",
+    "object": "dict",
+    "null": "None",
+}
+
+
+def _type_name(schema: Mapping[str, Any]) -> tuple[str, bool]:
+    """A short type name for a JSON schema, and whether it admits null."""
+    if "anyOf" in schema or "oneOf" in schema:
+        names: list[str] = []
+        nullable = False
+        for sub in schema.get("anyOf", schema.get("oneOf", [])):
+            name, sub_null = _type_name(sub)
+            nullable = nullable or sub_null
+            if name != "None" and name not in names:
+                names.append(name)
+        return ("|".join(names) or "any", nullable)
+    if "enum" in schema:
+        return ("|".join(json.dumps(v) for v in schema["enum"]), None in schema["enum"])
+    if "$ref" in schema:
+        return (str(schema["$ref"]).rsplit("/", 1)[-1], False)
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        names = [_JSON_TYPE_NAMES.get(str(t), str(t)) for t in typ if t != "null"]
+        return ("|".join(names) or "any", "null" in typ)
+    if typ == "array" and isinstance(schema.get("items"), Mapping):
+        item, _ = _type_name(schema["items"])
+        return (f"list[{item}]", False)
+    if typ is None:
+        return ("any", False)
+    return (_JSON_TYPE_NAMES.get(str(typ), str(typ)), typ == "null")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool in a catalog, with what planning, resolution and execution need."""
+
+    name: str
+    """The tool's name."""
+    server: str | None
+    """The server it comes from (``tool.metadata["planexec"]["server"]``), if any."""
+    tool: BaseTool = field(repr=False)
+    """The langchain-core tool."""
+    description: str
+    """The tool's description."""
+    args_schema: type[BaseModel] = field(repr=False)
+    """The pydantic model arguments are validated with."""
+    json_schema: dict[str, Any] = field(repr=False)
+    """The arguments' JSON schema (what models are shown)."""
+    hints: ToolHints = field(default_factory=ToolHints)
+    """Safety hints."""
+
+    @property
+    def arg_names(self) -> list[str]:
+        """The argument names, in schema order (positional arguments bind in this order)."""
+        return list(self.args_schema.model_fields)
+
+    @property
+    def required(self) -> list[str]:
+        """The names of the required arguments, in schema order."""
+        return [n for n, f in self.args_schema.model_fields.items() if f.is_required()]
+
+    @property
+    def qualified_name(self) -> str:
+        """``server.name`` when the tool has a server, else ``name``."""
+        return f"{self.server}.{self.name}" if self.server else self.name
+
+    @property
+    def allows_extra_args(self) -> bool:
+        """Whether the schema accepts arguments it does not name."""
+        return self.args_schema.model_config.get("extra") == "allow"
+
+    def signature(self) -> str:
+        """A one-line signature, e.g. ``history(site_name: str, final: str?)``.
+
+        ``?`` marks an optional argument.
+        """
+        props: Mapping[str, Any] = self.json_schema.get("properties", {})
+        required = set(self.json_schema.get("required", []))
+        parts = []
+        for name in self.arg_names:
+            type_name, _ = _type_name(props.get(name, {}))
+            parts.append(f"{name}: {type_name}{'' if name in required else '?'}")
+        return f"{self.name}({', '.join(parts)})"
+
+    def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``args`` with the args schema; return the arguments that were given.
+
+        An argument the schema does not name is an error (unless the schema allows
+        extra arguments): it would otherwise be dropped without a word.
+
+        Raises:
+            pydantic.ValidationError: the arguments do not fit the schema.
+        """
+        unknown = [k for k in args if k not in self.args_schema.model_fields]
+        if unknown and not self.allows_extra_args:
+            errors = [
+                InitErrorDetails(type="extra_forbidden", loc=(k,), input=args[k])
+                for k in unknown
+            ]
+            try:
+                self.args_schema.model_validate(dict(args))
+            except ValidationError as exc:
+                errors = [cast(InitErrorDetails, e) for e in exc.errors()] + errors
+            raise ValidationError.from_exception_data(self.args_schema.__name__, errors)
+        model = self.args_schema.model_validate(dict(args))
+        return model.model_dump(exclude_unset=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the spec as JSON-ready data."""
+        return {
+            "name": self.name,
+            "server": self.server,
+            "qualified_name": self.qualified_name,
+            "description": self.description,
+            "signature": self.signature(),
+            "args_schema": self.json_schema,
+            "hints": self.hints.to_dict(),
+        }
+
+
+_SIMPLE_TYPES: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "object": dict[str, Any],
+    "null": type(None),
+}
+
+
+def _py_type(schema: Mapping[str, Any]) -> Any:
+    """A Python type for a JSON schema (a lax, best-effort mapping)."""
+    if "enum" in schema and schema["enum"]:
+        return Literal[tuple(schema["enum"])]
+    subs = schema.get("anyOf") or schema.get("oneOf")
+    if subs:
+        types = tuple(_py_type(s) for s in subs)
+        union: Any = types[0]
+        for t in types[1:]:
+            union = union | t
+        return union
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        return _py_type({"anyOf": [{**schema, "type": t} for t in typ]})
+    if typ == "array":
+        items = schema.get("items")
+        return list[_py_type(items)] if isinstance(items, Mapping) else list[Any]  # type: ignore[misc]
+    if isinstance(typ, str) and typ in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[typ]
+    return Any
+
+
+def model_from_json_schema(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
+    """Build a pydantic model from a JSON object schema (for tools that carry a dict).
+
+    Nested objects become ``dict[str, Any]``; ``$ref`` and unknown types become ``Any``.
+    The model allows extra arguments only if the schema says ``additionalProperties``.
+    """
+    props: Mapping[str, Any] = schema.get("properties", {}) or {}
+    required = set(schema.get("required", []) or [])
+    fields: dict[str, Any] = {}
+    for prop, sub in props.items():
+        typ = _py_type(sub if isinstance(sub, Mapping) else {})
+        desc = sub.get("description") if isinstance(sub, Mapping) else None
+        if prop in required:
+            fields[prop] = (typ, Field(..., description=desc))
+        else:
+            default = sub.get("default") if isinstance(sub, Mapping) else None
+            fields[prop] = (typ | None, Field(default=default, description=desc))
+    extra: Literal["allow", "ignore"] = (
+        "allow" if schema.get("additionalProperties") is True else "ignore"
+    )
+    model: type[BaseModel] = create_model(
+        f"{name}_args", __config__=ConfigDict(extra=extra), **fields
+    )
+    return model
+
+
+def _schemas(tool: BaseTool) -> tuple[type[BaseModel], dict[str, Any]]:
+    """The pydantic args model and JSON schema of a tool (injected args left out).
+
+    The tool's own args schema is used when the model sees all of its fields, so its
+    validators and config (``extra``) apply; otherwise langchain's ``tool_call_schema``.
+    """
+    schema: Any = tool.tool_call_schema
+    own: Any = tool.args_schema
+    if (
+        isinstance(own, type)
+        and issubclass(own, BaseModel)
+        and isinstance(schema, type)
+        and issubclass(schema, BaseModel)
+        and set(own.model_fields) == set(schema.model_fields)
+    ):
+        return own, own.model_json_schema()
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return schema, schema.model_json_schema()
+    if isinstance(schema, Mapping):
+        json_schema = dict(schema)
+        return model_from_json_schema(tool.name, json_schema), json_schema
+    empty = create_model(f"{tool.name}_args")
+    return empty, empty.model_json_schema()
+
+
+def _tool_meta(tool: BaseTool) -> Mapping[str, Any]:
+    meta = (tool.metadata or {}).get("planexec")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class ToolCatalog:
+    """The tools a plan may call, by name or ``server.name``.
+
+    Example:
+        >>> from planexec.testing import fake_tool
+        >>> catalog = ToolCatalog([fake_tool("sites", ["MAIN"], args={"limit": int})])
+        >>> catalog.get("sites").signature()
+        'sites(limit: int)'
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[BaseTool],
+        *,
+        hints: Mapping[str, Mapping[str, Any] | ToolHints] | None = None,
+    ) -> None:
+        """Build the catalog.
+
+        Args:
+            tools: langchain-core tools. A tool's server is read from
+                ``tool.metadata["planexec"]["server"]``.
+            hints: Safety hints by tool name or qualified name; they override the
+                hints in ``tool.metadata["planexec"]``.
+
+        Raises:
+            ToolLoadError: two tools have the same name on the same server, or an
+                entry is not a langchain-core tool.
+        """
+        self._specs: dict[tuple[str | None, str], ToolSpec] = {}
+        self._by_name: dict[str, list[ToolSpec]] = {}
+        explicit = dict(hints or {})
+        for tool in tools:
+            if not isinstance(tool, BaseTool):
+                raise ToolLoadError(f"not a langchain-core tool: {tool!r}")
+            meta = _tool_meta(tool)
+            server = meta.get("server")
+            server = str(server) if server else None
+            tool_hints = ToolHints.from_mapping(meta)
+            qualified = f"{server}.{tool.name}" if server else tool.name
+            for key in (tool.name, qualified):
+                extra = explicit.get(key)
+                if extra is not None:
+                    tool_hints = tool_hints.merged(
+                        extra if isinstance(extra, ToolHints) else ToolHints.from_mapping(extra)
+                    )
+            args_schema, json_schema = _schemas(tool)
+            spec = ToolSpec(
+                name=tool.name,
+                server=server,
+                tool=tool,
+                description=tool.description or "",
+                args_schema=args_schema,
+                json_schema=json_schema,
+                hints=tool_hints,
+            )
+            if (server, tool.name) in self._specs:
+                raise ToolLoadError(f"duplicate tool {qualified!r}")
+            self._specs[(server, tool.name)] = spec
+            self._by_name.setdefault(tool.name, []).append(spec)
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.has(name)
+
+    def specs(self) -> list[ToolSpec]:
+        """Every tool, in the order given."""
+        return list(self._specs.values())
+
+    def names(self) -> list[str]:
+        """The qualified name of every tool, in the order given."""
+        return [s.qualified_name for s in self._specs.values()]
+
+    def _find(self, name: str, server: str | None) -> list[ToolSpec]:
+        if server is None and name not in self._by_name and "." in name:
+            prefix, _, rest = name.partition(".")
+            if (prefix, rest) in self._specs:
+                return [self._specs[(prefix, rest)]]
+        candidates = self._by_name.get(name, [])
+        if server is None:
+            return list(candidates)
+        exact = [s for s in candidates if s.server == server]
+        if exact:
+            return exact
+        # A server named by the plan matches a tool that declares no server.
+        return [s for s in candidates if s.server is None]
+
+    def lookup(self, name: str, server: str | None = None) -> ToolSpec | None:
+        """Return the tool called ``name`` (``server.name`` works), or None if unknown.
+
+        Raises:
+            AmbiguousToolError: ``name`` exists on several servers and none was given.
+        """
+        found = self._find(name, server)
+        if len(found) > 1:
+            raise AmbiguousToolError(name, [s.qualified_name for s in found])
+        return found[0] if found else None
+
+    def get(self, name: str, server: str | None = None) -> ToolSpec:
+        """Return the tool called ``name``.
+
+        Raises:
+            KeyError: no such tool (the message suggests close names).
+            AmbiguousToolError: ``name`` exists on several servers (a `KeyError` too).
+        """
+        spec = self.lookup(name, server)
+        if spec is None:
+            where = f" on server {server!r}" if server else ""
+            close = self.suggest(name)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise KeyError(f"unknown tool {name!r}{where}{hint}")
+        return spec
+
+    def has(self, name: str, server: str | None = None) -> bool:
+        """Whether a tool called ``name`` exists (an ambiguous name exists)."""
+        return bool(self._find(name, server))
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """Up to ``n`` known tool names close to ``name`` (best first)."""
+        names = self.names()
+        lowered = {q.lower(): q for q in names}
+        for spec in self._specs.values():
+            lowered.setdefault(spec.name.lower(), spec.qualified_name)
+        out: list[str] = []
+        if name.lower() in lowered:
+            out.append(lowered[name.lower()])
+        pool = list(dict.fromkeys([*names, *(s.name for s in self._specs.values())]))
+        for match in difflib.get_close_matches(name, pool, n=n, cutoff=0.6):
+            qualified = lowered.get(match.lower(), match)
+            if qualified not in out:
+                out.append(qualified)
+        return out[:n]
+
+    def required_args(self, name: str, server: str | None = None) -> list[str]:
+        """The required argument names of a tool.
+
+        Raises:
+            KeyError: no such tool.
+        """
+        return self.get(name, server).required
+
+    def arg_names(self, name: str, server: str | None = None) -> list[str]:
+        """The argument names of a tool, in schema order.
+
+        Raises:
+            KeyError: no such tool.
+        """
+        return self.get(name, server).arg_names
+
+    def validate(
+        self, name: str, args: Mapping[str, Any], server: str | None = None
+    ) -> dict[str, Any]:
+        """Validate arguments for a tool; see `ToolSpec.validate`.
+
+        Raises:
+            KeyError: no such tool.
+            pydantic.ValidationError: the arguments do not fit the schema.
+        """
+        return self.get(name, server).validate(args)
+
+
+def load_tools(spec: str) -> list[BaseTool]:
+    """Load tools from ``MODULE:ATTR``: a list/tuple of tools or a function returning one.
+
+    Raises:
+        ToolLoadError: the object cannot be imported, the function fails, or the
+            result is not a list of langchain-core tools.
+    """
+    obj = load_object(spec)
+    if callable(obj) and not isinstance(obj, BaseTool | list | tuple):
+        try:
+            obj = obj()
+        except Exception as exc:  # noqa: BLE001 - any failure of user code
+            raise ToolLoadError(f"{spec}: calling it failed: {exc!r}") from exc
+    if not isinstance(obj, list | tuple):
+        raise ToolLoadError(
+            f"{spec}: expected a list of langchain-core tools (or a function returning "
+            f"one), got {type(obj).__name__}"
+        )
+    tools: list[BaseTool] = []
+    for i, item in enumerate(obj):
+        if not isinstance(item, BaseTool):
+            raise ToolLoadError(
+                f"{spec}: item {i} is not a langchain-core tool: {type(item).__name__} "
+                f"(wrap functions with langchain_core.tools.tool)"
+            )
+        tools.append(item)
+    return tools
+
+
+async def invoke_tool(spec: ToolSpec, args: Mapping[str, Any]) -> Any:
+    """Call a tool asynchronously and return what it gives.
+
+    A ``content_and_artifact`` tool gives its artifact (its content if it has none).
+    Tools that turn their own errors into text (``handle_tool_error``) are called with
+    a tool call, so that such an error raises `ToolCallError` instead of passing as
+    output. Other exceptions propagate.
+    """
+    tool = spec.tool
+    artifact = tool.response_format == "content_and_artifact"
+    if artifact or tool.handle_tool_error or tool.handle_validation_error:
+        call = {"type": "tool_call", "name": tool.name, "args": dict(args), "id": _call_id()}
+        message = await tool.ainvoke(call)
+        if isinstance(message, ToolMessage):
+            if message.status == "error":
+                raise ToolCallError(str(message.content))
+            if artifact and message.artifact is not None:
+                return message.artifact
+            return message.content
+        return message
+    return await tool.ainvoke(dict(args))
+
+
+def _call_id() -> str:
+    return f"planexec-{uuid.uuid4().hex[:12]}"
+
+
+def _text_blocks(content: Any) -> str | None:
+    """The joined text of a list of text content blocks, or None if it is not one."""
+    if not isinstance(content, list) or not content:
+        return None
+    texts = []
+    for block in content:
+        if isinstance(block, str):
+            texts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") == "text" and "text" in block:
+            texts.append(str(block["text"]))
+        else:
+            return None
+    return "".join(texts)
+
+
+def normalize_output(raw: Any) -> tuple[Any, Any]:
+    """Return ``(structured, raw)`` for a tool's output.
+
+    - dicts, lists and pydantic models keep their structure;
+    - a string holding a JSON object or array is parsed (the text is kept as raw);
+      other strings (including JSON scalars like ``"42"``) stay strings;
+    - a `ToolMessage` gives its artifact, or else its content (text blocks joined).
+    """
+    if isinstance(raw, ToolMessage):
+        if raw.artifact is not None:
+            structured, _ = normalize_output(raw.artifact)
+            return structured, raw.artifact
+        content: Any = raw.content
+        text = _text_blocks(content)
+        if text is not None:
+            content = text
+        return normalize_output(content)
+    if isinstance(raw, str):
+        stripped = raw.strip()
+        if stripped[:1] in ("{", "["):
+            try:
+                parsed = json.loads(stripped)
+            except ValueError:
+                return raw, raw
+            if isinstance(parsed, dict | list):
+                return parsed, raw
+        return raw, raw
+    if isinstance(raw, tuple):
+        return list(raw), raw
+    return raw, raw
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def error_payload(output: Any, keys: Sequence[str] = ("error",)) -> str | None:
+    """The error message an output carries, or None if it carries none.
+
+    An output carries an error when it is a dict (or pydantic model) with a truthy
+    value under one of ``keys``, or an MCP-style result with ``isError``/``is_error``
+    true (its text content is the message).
+    """
+    data: Any = output
+    if isinstance(output, BaseModel):
+        data = output.model_dump()
+    if not isinstance(data, Mapping):
+        return None
+    for flag in ("isError", "is_error"):
+        if data.get(flag) is True:
+            content = data.get("content")
+            text = _text_blocks(content)
+            if text is None:
+                text = _as_text(content) if content is not None else _as_text(dict(data))
+            return text or f"the tool reported {flag}=true"
+    for key in keys:
+        value = data.get(key)
+        if value:
+            return _as_text(value)
+    return None

@@ -1,0 +1,470 @@
+from __future__ import annotations
+
+import pytest
+
+from planexec.errors import PlanParseError
+from planexec.parsing.hashstep import parse_hashstep
+from planexec.plan import Plan, Ref, Severity, Template
+
+
+def codes(plan: Plan) -> set[str]:
+    return {d.code for d in plan.diagnostics}
+
+
+def diag(plan: Plan, code: str):
+    found = [d for d in plan.diagnostics if d.code == code]
+    assert found, f"no {code} in {[str(d) for d in plan.diagnostics]}"
+    return found[0]
+
+
+CLEAN = """\
+#Task1: List the sites.
+#Agent1: IoTAgent
+#Tool1: sites
+#Args1: {}
+#Dependency1: None
+#ExpectedOutput1: A list of site names.
+
+#Task2: List the assets of the first site.
+#Agent2: IoTAgent
+#Tool2: assets
+#Args2: {"site_name": "{step_1[0]}"}
+#Dependency2: #S1
+#ExpectedOutput2: A list of assets.
+"""
+
+
+def test_a_clean_plan_gives_its_steps_and_no_diagnostics() -> None:
+    plan = parse_hashstep(CLEAN)
+    assert plan.dialect == "hashstep"
+    assert plan.ids == (1, 2)
+    first, second = plan.steps
+    assert (first.task, first.server, first.tool, first.args) == (
+        "List the sites.",
+        "IoTAgent",
+        "sites",
+        {},
+    )
+    assert first.expected_output == "A list of site names."
+    assert first.depends_on == ()
+    assert first.lines == (1, 6)
+    ref = second.args["site_name"]
+    assert isinstance(ref, Ref)
+    assert (ref.step, ref.path, ref.whole_value, ref.location) == (
+        1,
+        (0,),
+        True,
+        "args.site_name",
+    )
+    assert second.explicit_deps == (1,)
+    assert second.depends_on == (1,)
+    assert plan.diagnostics == ()
+
+
+def test_keys_are_case_insensitive_and_step_and_server_are_accepted() -> None:
+    plan = parse_hashstep(
+        "#STEP1: a\n#server1: iot\n#TOOL1: sites\n#args1: {}\n#DEPENDENCY1: none\n"
+        "#expected_output1: x\n"
+    )
+    step = plan.steps[0]
+    assert (step.task, step.server, step.tool, step.expected_output) == ("a", "iot", "sites", "x")
+
+
+def test_angle_bracket_numbers_are_read() -> None:
+    plan = parse_hashstep("#Task<1>: a\n#Agent<1>: X\n#Dependency<1>: None\n#Task<2>: b\n"
+                          "#Agent<2>: Y\n#Dependency<2>: #S1\n")
+    assert plan.ids == (1, 2)
+    assert plan.steps[1].depends_on == (1,)
+    assert plan.diagnostics == ()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "* #Tool1: sites",
+        "- #Tool1: sites",
+        "**#Tool1:** sites",
+        "**#Tool1**: sites",
+        "## #Tool1: sites",
+        "> #Tool1: sites",
+        "1. #Tool1: sites",
+        "**#Tool1: sites**",
+    ],
+)
+def test_markdown_around_field_lines_is_ignored(line: str) -> None:
+    plan = parse_hashstep(f"#Task1: a\n{line}\n#Args1: {{}}\n")
+    assert plan.steps[0].tool == "sites"
+
+
+def test_prose_before_between_and_after_is_reported_not_read() -> None:
+    text = "Here is the plan:\n\n" + CLEAN.replace(
+        "\n#Task2", "\n**Step 2: assets**\n\n#Task2"
+    ) + "\nNote: done.\n"
+    plan = parse_hashstep(text)
+    assert plan.ids == (1, 2)
+    prose = [d for d in plan.diagnostics if d.code == "PROSE_IGNORED"]
+    assert [d.line for d in prose] == [1, 10, 19]
+    assert all(d.severity is Severity.INFO for d in prose)
+    assert "Here is the plan" in prose[0].message
+
+
+def test_code_fences_are_ignored_with_a_diagnostic() -> None:
+    plan = parse_hashstep("```markdown\n" + CLEAN + "```\n")
+    assert plan.ids == (1, 2)
+    assert diag(plan, "CODE_FENCE").line == 1
+
+
+def test_special_tokens_are_removed() -> None:
+    plan = parse_hashstep(CLEAN.rstrip("\n") + "<|eom_id|>")
+    assert plan.steps[1].expected_output == "A list of assets."
+    assert "<|eom_id|>" in diag(plan, "SPECIAL_TOKEN").message
+
+
+def test_a_leaked_reasoning_channel_before_assistantfinal_is_dropped() -> None:
+    text = (
+        "We need a plan.\n#Task1: draft step\n#Agent1: A\n#Dependency1: None\n"
+        "That's it.assistantfinal#Task1: final step  \n#Agent1: B  \n#Dependency1: None  \n"
+    )
+    plan = parse_hashstep(text)
+    assert [(s.task, s.server) for s in plan.steps] == [("final step", "B")]
+    assert "DRAFTS_FOUND" not in codes(plan)
+    assert diag(plan, "REASONING_DROPPED").severity is Severity.INFO
+
+
+def test_think_tags_are_dropped() -> None:
+    plan = parse_hashstep("<think>\n#Task1: no\n</think>\n#Task1: yes\n#Tool1: none\n")
+    assert plan.steps[0].task == "yes"
+    assert "REASONING_DROPPED" in codes(plan)
+
+
+def test_a_boxed_final_answer_is_read() -> None:
+    text = (
+        "#Task1: old\n#Agent1: A\n#Dependency1: None\n\n"
+        "The final answer is: $\\boxed{#Task1: new\n#Agent1: B\n#Dependency1: None}$\n"
+    )
+    plan = parse_hashstep(text)
+    assert [(s.task, s.server, s.explicit_deps) for s in plan.steps] == [("new", "B", ())]
+    assert {"BOXED_ANSWER", "DRAFTS_FOUND"} <= codes(plan)
+
+
+DRAFTS = """\
+#Task1: first draft
+#Tool1: a
+#Args1: {}
+
+However, here is a better plan:
+
+#Task1: second draft
+#Tool1: b
+#Args1: {}
+#Task2: second draft, step 2
+#Tool2: c
+#Args2: {"x": 1}
+
+And the final one:
+#Task1: third draft
+#Tool1: d
+#Args1: {"x": "tr"""
+
+
+@pytest.mark.parametrize(
+    ("policy", "tools", "chosen"),
+    [
+        ("last_complete", ["b", "c"], "draft 2, the last complete one"),
+        ("first", ["a"], "draft 1, the first one"),
+        ("last", ["d"], "draft 3, the last one"),
+    ],
+)
+def test_the_draft_policy_chooses_among_drafts_and_says_which(
+    policy: str, tools: list[str], chosen: str
+) -> None:
+    plan = parse_hashstep(DRAFTS, draft_policy=policy)
+    assert [s.tool for s in plan.steps] == tools
+    found = diag(plan, "DRAFTS_FOUND")
+    assert "found 3 drafts" in found.message
+    assert chosen in found.message
+
+
+def test_diagnostics_of_drafts_not_chosen_are_dropped_with_them() -> None:
+    plan = parse_hashstep(DRAFTS)
+    assert "ARGS_TRUNCATED" not in codes(plan)
+    plan = parse_hashstep(DRAFTS, draft_policy="last")
+    assert diag(plan, "ARGS_TRUNCATED").severity is Severity.ERROR
+
+
+def test_a_truncated_last_draft_is_passed_over_for_the_last_complete_one() -> None:
+    text = "#Task1: a\n#Tool1: t\n#Args1: {}\n\n#Task1: b\n#Tool1: t\n#Args1: {\"q\": "
+    plan = parse_hashstep(text)
+    assert plan.steps[0].task == "a"
+    assert not plan.has_errors
+
+
+def test_an_unknown_draft_policy_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="draft policy"):
+        parse_hashstep(CLEAN, draft_policy="best")
+
+
+def test_field_numbers_that_disagree_attach_to_the_enclosing_task() -> None:
+    text = (
+        "#Task1: a\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
+        "#Task2: b\n#Agent1: IoT\n#Tool1: assets\n#Args1: {\"site_name\": \"{step_1}\"}\n"
+        "#Dependency2: #S1\n"
+    )
+    plan = parse_hashstep(text)
+    second = plan.step(2)
+    assert (second.tool, second.server) == ("assets", "IoT")
+    assert isinstance(second.args["site_name"], Ref)
+    mismatch = diag(plan, "FIELD_NUMBER_MISMATCH")
+    assert mismatch.step == 2 and mismatch.severity is Severity.WARNING
+    assert "#Agent1 (line 6)" in mismatch.message and "#Tool1 (line 7)" in mismatch.message
+
+
+def test_a_mangled_key_is_read_with_a_warning() -> None:
+    plan = parse_hashstep("#Task<1>: a\n#Task<2>: b\n#Dependency<2>, <S4>: #S1, #S4\n")
+    assert plan.step(2).explicit_deps == (1, 4)
+    assert "FIELD_KEY_MANGLED" in codes(plan)
+
+
+def test_a_duplicated_field_keeps_the_first_value() -> None:
+    text = "#Task1: a\n#Agent1: Expert\n#Agent1: is the same as #Agent0\n#Dependency1: None\n"
+    plan = parse_hashstep(text)
+    assert plan.steps[0].server == "Expert"
+    dup = diag(plan, "DUPLICATE_FIELD")
+    assert dup.line == 3 and "kept the first value" in dup.message
+
+
+def test_an_identical_duplicate_is_reported_as_a_repeat() -> None:
+    plan = parse_hashstep("#Task1: a\n#Agent1: X\n#Agent1: X\n")
+    assert "same value" in diag(plan, "DUPLICATE_FIELD").message
+
+
+def test_a_duplicated_step_keeps_the_first() -> None:
+    plan = parse_hashstep("#Task1: a\n#Task2: b\n#Task2: c\n")
+    assert [s.task for s in plan.steps] == ["a", "b"]
+    assert diag(plan, "DUPLICATE_STEP").line == 3
+
+
+def test_a_step_without_a_number_is_numbered_after_the_previous_one() -> None:
+    plan = parse_hashstep("#Task1: a\n#Task: b\n")
+    assert plan.ids == (1, 2)
+    assert diag(plan, "STEP_NUMBER_MISSING").step == 2
+
+
+@pytest.mark.parametrize(
+    ("written", "tool", "server", "code"),
+    [
+        ("sites()", "sites", None, "TOOL_NAME_NORMALIZED"),
+        ("`sites`", "sites", None, None),
+        ("iot.sites", "sites", "iot", "TOOL_NAME_NORMALIZED"),
+        ("none", None, None, None),
+        ("None", None, None, None),
+        ("null", None, None, None),
+    ],
+)
+def test_tool_names_are_normalized(
+    written: str, tool: str | None, server: str | None, code: str | None
+) -> None:
+    plan = parse_hashstep(f"#Task1: a\n#Tool1: {written}\n#Args1: {{}}\n")
+    step = plan.steps[0]
+    assert (step.tool, step.server) == (tool, server)
+    assert step.is_reasoning == (tool is None)
+    if code:
+        assert code in codes(plan)
+
+
+def test_a_server_prefix_does_not_override_the_agent_field() -> None:
+    plan = parse_hashstep("#Task1: a\n#Agent1: IoTAgent\n#Tool1: iot.sites\n#Args1: {}\n")
+    assert (plan.steps[0].server, plan.steps[0].tool) == ("IoTAgent", "sites")
+    assert "kept the server 'IoTAgent'" in diag(plan, "TOOL_NAME_NORMALIZED").message
+
+
+def test_text_inside_tool_parentheses_is_reported() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: assets(site='MAIN')\n#Args1: {}\n")
+    found = diag(plan, "TOOL_NAME_NORMALIZED")
+    assert found.severity is Severity.WARNING and "site='MAIN'" in found.message
+
+
+def test_multi_line_field_values_are_joined() -> None:
+    text = (
+        "#Task1: Do this:  \n1. first\n2. second\n#Agent1: A\n"
+        "#Args1: {\n  \"x\": [1,\n  2]\n}\n#Dependency1: None\n#ExpectedOutput1:\n- a\n- b\n\n---\n"
+    )
+    plan = parse_hashstep(text)
+    step = plan.steps[0]
+    assert step.task == "Do this:\n1. first\n2. second"
+    assert step.args == {"x": [1, 2]}
+    assert step.expected_output == "- a\n- b"
+    assert "MULTILINE_VALUE" in codes(plan)
+
+
+def test_text_after_complete_args_is_not_glued_to_them() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: t\n#Args1: {\"x\": 1}\nThat is all.\n")
+    assert plan.steps[0].args == {"x": 1}
+    assert "PROSE_IGNORED" in codes(plan)
+
+
+@pytest.mark.parametrize(
+    "deps, expected",
+    [
+        ("None", ()),
+        ("none", ()),
+        ("#S1", (1,)),
+        ("#S1, #S2", (1, 2)),
+        ("#Task1", (1,)),
+        ("#Step1", (1,)),
+        ("**#S1**, #S3", (1, 3)),
+        ("#S1 and #S2", (1, 2)),
+        ("#S<1>", (1,)),
+    ],
+)
+def test_dependencies_are_read_in_every_form(deps: str, expected: tuple[int, ...]) -> None:
+    plan = parse_hashstep(f"#Task1: a\n#Task2: b\n#Task3: c\n#Task4: d\n#Dependency4: {deps}\n")
+    assert plan.step(4).explicit_deps == expected
+
+
+def test_unreadable_dependency_words_are_reported() -> None:
+    plan = parse_hashstep("#Task1: a\n#Task2: b\n#Dependency2: #S1 and the previous output\n")
+    assert plan.step(2).explicit_deps == (1,)
+    assert "DEPENDENCY_UNREADABLE" in codes(plan)
+
+
+def test_dependencies_are_explicit_ones_and_referenced_ones() -> None:
+    text = (
+        "#Task1: a\n#Task2: b\n#Task3: c\n#Tool3: t\n"
+        "#Args3: {\"x\": \"{step_1}\", \"y\": \"see <step_2.id> here\"}\n#Dependency3: #S1\n"
+    )
+    plan = parse_hashstep(text)
+    step = plan.step(3)
+    assert step.explicit_deps == (1,)
+    assert step.depends_on == (1, 2)
+    assert isinstance(step.args["y"], Template)
+    assert "step(s) 2" in diag(plan, "DEPENDENCY_ADDED").message
+
+
+def test_args_repairs_are_warnings_that_name_the_repair() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: t\n#Args1: {'site': 'MAIN', 'n': None,}\n")
+    assert plan.steps[0].args == {"site": "MAIN", "n": None}
+    repairs = [d for d in plan.diagnostics if d.code == "ARGS_REPAIRED"]
+    assert repairs and all(d.severity is Severity.WARNING for d in repairs)
+    text = " ".join(d.message for d in repairs)
+    assert "single quotes" in text and "trailing comma" in text
+
+
+def test_unreadable_args_are_an_error_and_never_a_silent_empty_dict() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: t\n#Args1: {\"x\": what}\n#Dependency1: None\n")
+    step = plan.steps[0]
+    assert step.args_valid is False
+    assert step.args_text == '{"x": what}'
+    found = diag(plan, "ARGS_SYNTAX")
+    assert found.severity is Severity.ERROR and found.step == 1
+
+
+def test_truncated_args_are_an_error_and_make_args_invalid() -> None:
+    plan = parse_hashstep(CLEAN + '\n#Task3: c\n#Tool3: history\n#Args3: {"site_name": "MAIN", "st')
+    step = plan.step(3)
+    assert step.args_valid is False
+    assert diag(plan, "ARGS_TRUNCATED").severity is Severity.ERROR
+
+
+def test_args_none_is_no_arguments_with_a_warning() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: t\n#Args1: None\n#Dependency1: None\n")
+    assert (plan.steps[0].args, plan.steps[0].args_valid) == ({}, True)
+    assert diag(plan, "ARGS_NONE").severity is Severity.WARNING
+
+
+def test_a_bare_reference_string_as_args_is_bound_as_the_single_positional_argument() -> None:
+    plan = parse_hashstep(
+        "#Task1: a\n#Tool1: sites\n#Args1: {}\n"
+        "#Task2: b\n#Tool2: json_reader\n#Args2: \"{step_1}\"\n#Dependency2: #S1\n"
+    )
+    step = plan.step(2)
+    assert step.args == {}
+    assert len(step.positional) == 1 and isinstance(step.positional[0], Ref)
+    assert step.positional[0].step == 1
+    assert step.args_valid and step.depends_on == (1,)
+    assert diag(plan, "ARGS_POSITIONAL").severity is Severity.WARNING
+
+
+def test_a_placeholder_that_names_no_step_is_reported() -> None:
+    plan = parse_hashstep('#Task1: a\n#Tool1: t\n#Args1: {"start": "{current_date_time()}"}\n')
+    found = diag(plan, "PLACEHOLDER_UNRECOGNIZED")
+    assert "args.start" in found.message
+
+
+def test_hinted_references_keep_their_step_and_words() -> None:
+    plan = parse_hashstep(
+        "#Task1: a\n#Task2: b\n#Tool2: t\n#Args2: {\"site_name\": \"{step_1_selected_site}\"}\n"
+    )
+    ref = plan.step(2).args["site_name"]
+    assert isinstance(ref, Ref) and ref.step == 1 and ref.hint is not None
+    assert plan.step(2).depends_on == (1,)
+
+
+def test_a_step_cut_after_its_task_line_is_dropped_with_a_warning() -> None:
+    plan = parse_hashstep(CLEAN + "\n#Task3:")
+    assert plan.ids == (1, 2)
+    found = diag(plan, "TRUNCATED_STEP_DROPPED")
+    assert found.step == 3 and found.line == 15
+
+
+def test_a_step_cut_in_its_expected_output_is_kept_with_a_warning() -> None:
+    plan = parse_hashstep(CLEAN + '\n#Task3: c\n#Agent3: A\n#Tool3: t\n#Args3: {}\n'
+                          '#Dependency3: None\n#ExpectedOutput3: [{"id": "a"},')
+    assert plan.ids == (1, 2, 3)
+    assert plan.step(3).args_valid
+    assert diag(plan, "STEP_TRUNCATED").severity is Severity.WARNING
+
+
+def test_a_step_cut_before_its_tool_must_not_run() -> None:
+    plan = parse_hashstep(CLEAN + "\n#Task3: c\n#Agent3: IoTAgent")
+    step = plan.step(3)
+    assert step.tool is None and step.args_valid is False
+    assert diag(plan, "STEP_INCOMPLETE").severity is Severity.ERROR
+
+
+def test_a_last_step_followed_by_prose_is_not_truncated() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: t\n#Args1: {}\n#Task2: b\n\nThe end.")
+    assert plan.ids == (1, 2)
+    assert not plan.has_errors
+
+
+def test_fields_before_any_task_are_reported() -> None:
+    plan = parse_hashstep("#Tool1: t\n#Task1: a\n")
+    assert diag(plan, "FIELD_OUTSIDE_STEP").line == 1
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n  "])
+def test_an_empty_reply_is_a_parse_error_saying_so(text: str) -> None:
+    with pytest.raises(PlanParseError, match="empty reply"):
+        parse_hashstep(text)
+
+
+def test_a_refusal_is_a_parse_error_quoting_the_prose() -> None:
+    with pytest.raises(PlanParseError) as info:
+        parse_hashstep("I cannot fulfill this request with the available tools.")
+    assert str(info.value).startswith("prose without any step: 'I cannot fulfill")
+
+
+def test_a_reply_whose_only_step_is_cut_off_is_a_parse_error() -> None:
+    with pytest.raises(PlanParseError, match="cut off"):
+        parse_hashstep("Here is the plan:\n#Task1:")
+
+
+def test_diagnostics_are_in_line_order() -> None:
+    plan = parse_hashstep(DRAFTS, draft_policy="last")
+    lines = [d.line or 0 for d in plan.diagnostics]
+    assert lines == sorted(lines)
+
+
+def test_crlf_line_endings_are_read() -> None:
+    plan = parse_hashstep(CLEAN.replace("\n", "\r\n"))
+    assert plan.ids == (1, 2) and plan.diagnostics == ()
+
+
+def test_a_heading_right_after_a_field_is_prose_not_part_of_the_value() -> None:
+    plan = parse_hashstep(
+        "#Task1: a\n#ExpectedOutput1: x\n### Task 2: header\n#Task2: b\n"
+        "#ExpectedOutput2: y\n**Step 3: bold**\n#Task3: c\n"
+    )
+    assert [s.expected_output for s in plan.steps] == ["x", "y", None]
+    assert [d.line for d in plan.diagnostics if d.code == "PROSE_IGNORED"] == [3, 6]

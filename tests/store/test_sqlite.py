@@ -1,0 +1,216 @@
+"""SQLiteRunStore: one file, WAL, versioned schema, retries on a locked database."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from store_fixtures import record_failed_run, record_partial_run, sample_plan
+
+from planexec.errors import StoreError
+from planexec.events import EventBus, StepStarted
+from planexec.results import RunStatus
+from planexec.store import (
+    SCHEMA_VERSION,
+    MemoryRunStore,
+    SQLiteRunStore,
+    default_store_path,
+    open_store,
+)
+from planexec.store import sqlite as sqlite_module
+
+
+def test_a_new_file_is_created_in_wal_mode_at_the_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "runs.sqlite3"
+    with SQLiteRunStore(path) as store:
+        assert path.exists()
+        assert store.journal_mode() == "wal"
+        assert store.schema_version() == SCHEMA_VERSION == 1
+
+
+async def test_runs_survive_closing_and_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = SQLiteRunStore(path)
+    await record_partial_run(store)
+    await record_failed_run(store)
+    store.close()
+    with SQLiteRunStore(path) as again:
+        assert again.plans("run-1")[0].plan == sample_plan()
+        assert [r.run_id for r in again.list_runs(status="FAILED")] == ["run-failed"]
+        assert again.started_calls_without_result("run-1")[0].step_id == 2
+
+
+def test_an_empty_version_0_file_is_migrated_to_the_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE unrelated (x)")  # a file that exists, at user_version 0
+    conn.commit()
+    conn.close()
+    with SQLiteRunStore(path) as store:
+        assert store.schema_version() == 1
+        assert store.list_runs() == []
+
+
+async def test_a_v1_file_is_migrated_to_a_later_schema_keeping_its_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = SQLiteRunStore(path)
+    await record_partial_run(store)
+    store.close()
+
+    def v2(conn: sqlite3.Connection) -> None:
+        conn.execute("ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]'")
+
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, (2, v2)])
+    with SQLiteRunStore(path) as migrated:
+        assert migrated.schema_version() == 2
+        assert migrated.get_run("run-1").question == "which assets?"
+        columns = [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(runs)")]
+        assert "tags" in columns
+
+
+def test_a_failing_migration_leaves_the_file_at_its_old_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    SQLiteRunStore(path).close()
+
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x)")
+        conn.execute("THIS IS NOT SQL")
+
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, (2, broken)])
+    with pytest.raises(StoreError, match="syntax error"):
+        SQLiteRunStore(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "half_done" not in tables
+
+
+def test_a_file_from_a_newer_planexec_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="schema version 99, newer than"):
+        SQLiteRunStore(path)
+
+
+async def test_minor_events_are_committed_with_the_next_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = SQLiteRunStore(path)
+    await record_partial_run(store)
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(StepStarted(run_id="run-1", step_id=3, tool="create_work_order"))
+    reader = SQLiteRunStore(path)
+    assert [e["type"] for e in reader.events("run-1")][-1] == "ToolCallStarted"
+    await store.flush()
+    assert [e["type"] for e in reader.events("run-1")][-1] == "StepStarted"
+    reader.close()
+    store.close()
+
+
+async def test_without_buffering_every_event_is_committed_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = SQLiteRunStore(path, buffer_events=False)
+    await record_partial_run(store)
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(StepStarted(run_id="run-1", step_id=3, tool="create_work_order"))
+    with SQLiteRunStore(path) as reader:
+        assert [e["type"] for e in reader.events("run-1")][-1] == "StepStarted"
+    store.close()
+
+
+async def test_a_write_waits_for_another_writer_and_then_succeeds(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = SQLiteRunStore(path, busy_timeout=0.05, retries=50)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    release = threading.Timer(0.2, lambda: other.execute("COMMIT"))
+    release.start()
+    try:
+        await record_failed_run(store)  # retried until the lock is released
+    finally:
+        release.join()
+        other.close()
+    assert store.get_run("run-failed").status is RunStatus.FAILED
+    store.close()
+
+
+async def test_a_lock_held_too_long_fails_with_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = SQLiteRunStore(path, busy_timeout=0.01, retries=2)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match="database is locked"):
+            await record_failed_run(store)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        store.close()
+
+
+def test_an_invalid_durability_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="durability must be one of calls, full, process"):
+        SQLiteRunStore(tmp_path / "x.sqlite3", durability="sometimes")
+
+
+@pytest.mark.parametrize(
+    ("durability", "flushed"),
+    [
+        ("calls", ["RunStarted:NORMAL", "ToolCallStarted:FULL", "StepFinished:NORMAL",
+                   "RunFinished:FULL"]),
+        ("full", ["RunStarted:FULL", "ToolCallStarted:FULL", "StepFinished:FULL",
+                  "RunFinished:FULL"]),
+        ("process", ["RunStarted:NORMAL", "ToolCallStarted:NORMAL", "StepFinished:NORMAL",
+                     "RunFinished:NORMAL"]),
+    ],
+)
+async def test_the_durability_mode_chooses_which_commits_are_flushed_to_disk(
+    tmp_path: Path, durability: str, flushed: list[str]
+) -> None:
+    from store_fixtures import ok
+
+    from planexec.events import RunFinished, RunStarted, StepFinished, ToolCallStarted
+
+    seen: list[str] = []
+
+    class Spy(SQLiteRunStore):
+        def _before_commit(self, batch: list[dict[str, object]]) -> None:
+            assert self._conn is not None
+            mode = {1: "NORMAL", 2: "FULL", 3: "EXTRA"}[
+                self._conn.execute("PRAGMA synchronous").fetchone()[0]
+            ]
+            seen.append(f"{batch[-1]['type']}:{mode}")
+
+    store = Spy(tmp_path / "runs.sqlite3", durability=durability)
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(RunStarted(run_id="r", question="q"))
+    await bus.emit(ToolCallStarted(run_id="r", step_id=1, tool="sites", args={}))
+    await bus.emit(StepFinished(run_id="r", result=ok(1, "sites", [])))
+    await bus.emit(RunFinished(run_id="r", status="SUCCEEDED"))
+    store.close()
+    assert seen == flushed
+
+
+def test_the_default_path_follows_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "env.sqlite3"))
+    assert default_store_path() == tmp_path / "env.sqlite3"
+    store = open_store()
+    assert isinstance(store, SQLiteRunStore) and store.path == tmp_path / "env.sqlite3"
+    store.close()
+    monkeypatch.delenv("PLANEXEC_STORE")
+    assert default_store_path().name == "runs.sqlite3"
+    assert "planexec" in str(default_store_path())
+    assert isinstance(open_store(":memory:"), MemoryRunStore)
