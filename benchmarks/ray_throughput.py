@@ -111,6 +111,13 @@ async def runs_local(n: int, sleep: float) -> dict[str, Any]:
     return {"runs": n, "wall_s": wall, "runs_per_s": n / wall}
 
 
+def _workers_import_this_directory() -> None:
+    """Ray processes started after this inherit a PYTHONPATH holding this directory."""
+    here = str(Path(__file__).resolve().parent)
+    paths = [here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 async def runs_on_ray(n: int, sleep: float, run_cpus: float) -> dict[str, Any]:
     from planexec.distributed import arun_many
 
@@ -218,8 +225,9 @@ def main() -> None:
     out["runs_local"] = asyncio.run(runs_local(args.runs, args.sleep))
     print("local asyncio:", out["runs_local"])
 
+    _workers_import_this_directory()
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     out["ray_init_s"] = time.perf_counter() - t0
     try:
         out["runs_ray"] = asyncio.run(runs_on_ray(args.runs, args.sleep, args.run_cpus))
@@ -266,4 +274,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module ``ray_throughput`` (not ``__main__``), so Ray workers import its
+    # tools and factory by name instead of unpickling copies without their imports.
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    importlib.import_module("ray_throughput").main()

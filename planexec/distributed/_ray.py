@@ -27,8 +27,10 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
     """Connect to Ray unless this process already is; return the ``ray`` module.
 
     Args:
-        address: The cluster to join (``auto``, ``ray://host:10001``, ``host:6379``).
-            None: ``$RAY_ADDRESS`` if set, else a local Ray is started in this process.
+        address: The cluster to join (``auto``, ``ray://host:10001``, ``host:6379``), or
+            ``local`` for a new Ray of this process's own. None: ``$RAY_ADDRESS`` if set,
+            else Ray's default — the cluster started with ``ray start`` on this machine
+            if there is one, else a new local Ray.
         **init_kwargs: More ``ray.init`` arguments (e.g. ``num_cpus`` for a local Ray).
 
     Raises:
@@ -38,11 +40,11 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
     if ray.is_initialized():
         return ray
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if address is None:
+    if address in (None, "local"):
         init_kwargs.setdefault("include_dashboard", False)
-        logger.info("starting a local Ray instance (no address and no $RAY_ADDRESS given)")
-    else:
-        logger.info("connecting to the Ray cluster at {}", address)
+    logger.info(
+        "joining Ray at {}", address or "this machine's cluster, or a new local one"
+    )
     ray.init(address=address, **init_kwargs)
     return ray
 

@@ -7,7 +7,7 @@ setting that chooses the backend::
     backend = "ray"              # "local" (default) or "ray"
 
     [executor.ray]
-    address = "auto"             # or "ray://head:10001"; default: $RAY_ADDRESS, else local
+    address = "auto"             # or "ray://head:10001"; default: $RAY_ADDRESS, else Ray's
     tools = "myapp.tools:TOOLS"  # optional: load tools inside the workers
     default = { num_cpus = 1 }
     tool_options = { forecast = { num_cpus = 4, resources = { big_mem = 1 } } }
@@ -70,8 +70,8 @@ class RaySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
     address: str | None = None
-    """Cluster address (``auto``, ``ray://host:10001``, ``host:6379``); None: ``$RAY_ADDRESS``,
-    else a local Ray started in this process."""
+    """Cluster address (``auto``, ``ray://host:10001``, ``host:6379``, ``local``); None:
+    ``$RAY_ADDRESS``, else the ``ray start`` cluster of this machine, else a new local Ray."""
     tools: str | None = None
     """``MODULE:ATTR`` of the tools, loaded inside each worker; None: tools are shipped
     to the workers pickled (cloudpickle)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import importlib.util
 import multiprocessing
 import multiprocessing.context
 import os
@@ -267,6 +268,10 @@ def run_scenario(
     result = ScenarioResult(name=sc.name, path=path, tags=list(sc.tags))
     if sc.skip is not None:
         result.status, result.error = "skipped", sc.skip
+        return result
+    if isinstance(sc.tools, MCPTools) and importlib.util.find_spec("mcp") is None:
+        result.status = "skipped"
+        result.error = 'its MCP tools need the MCP SDK: pip install "planexec[mcp]"'
         return result
     try:
         model = build_model(sc, record=record, record_model=record_model)

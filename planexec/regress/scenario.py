@@ -470,9 +470,43 @@ def scenario_name(path: str | Path) -> str:
     return name[: -len(SCENARIO_SUFFIX)] if name.endswith(SCENARIO_SUFFIX) else Path(name).stem
 
 
+def _refs(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        found = {str(node["$ref"]).rsplit("/", 1)[-1]} if "$ref" in node else set()
+        for value in node.values():
+            found |= _refs(value)
+        return found
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node)) if node else set()
+    return set()
+
+
 def scenario_json_schema() -> dict[str, Any]:
-    """The JSON Schema of scenario files (draft 2020-12)."""
+    """The JSON Schema of scenario files (draft 2020-12).
+
+    ``config`` is published as an open object: it is validated as an `AgentConfig` when
+    the scenario is loaded (unknown keys rejected there), and its settings are documented
+    with the configuration, so this schema does not change with every new setting.
+    """
     schema = Scenario.model_json_schema(mode="validation")
+    schema["properties"]["config"] = {
+        "type": "object",
+        "title": "Config",
+        "description": "Overrides of the agent's settings (planexec.config.AgentConfig, the "
+        "same structure as a config file); validated when the scenario is loaded, unknown "
+        "keys rejected.",
+        "default": {},
+    }
+    defs = schema.get("$defs", {})
+    keep: set[str] = set()
+    todo = _refs({k: v for k, v in schema.items() if k != "$defs"})
+    while todo:
+        name = todo.pop()
+        if name in keep or name not in defs:
+            continue
+        keep.add(name)
+        todo |= _refs(defs[name])
+    schema["$defs"] = {k: v for k, v in defs.items() if k in keep}
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://planexec.dev/schemas/scenario.schema.json",

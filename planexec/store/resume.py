@@ -169,6 +169,12 @@ def plan_resume(
             f"run {run_id} is still running (process {record.pid} on {record.host}); "
             "wait for it or stop it before resuming"
         )
+    if record.status is RunStatus.RUNNING and not allow_running:
+        run_log(run_id).warning(
+            "run {} is recorded as running by process {} on host {}, which cannot be checked "
+            "from here; resuming it — make sure it is not still running", run_id,
+            record.pid, record.host,
+        )
     plans = store.plans(run_id)
     latest = next((p for p in reversed(plans) if p.plan is not None), None)
     if latest is None or latest.plan is None:

@@ -15,10 +15,11 @@
   before any step that depends on it starts. Other events ride along with the next
   checkpoint. Every commit survives the process being killed; which commits are also
   flushed to disk against an OS crash is the ``durability`` mode (`FLUSHED_EVENTS`).
-- A write is first tried on the calling thread without waiting (a short transaction;
-  with ``FULL`` it includes the fsync). If the connection or the file is locked, it
-  goes to a worker thread (`asyncio.to_thread`) that waits and retries, so a lock wait
-  never blocks the event loop. Reads are short and synchronous.
+- A commit that is not flushed to disk is first tried on the calling thread without
+  waiting (a short transaction). A commit that is flushed (fsync), or that finds the
+  connection or the file locked, runs in a worker thread (`asyncio.to_thread`) that
+  waits and retries: neither a disk flush nor a lock wait blocks the event loop.
+  Reads are short and synchronous.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ class SQLiteRunStore:
         self._pending: dict[str, list[dict[str, Any]]] = {}
         self._pending_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._fast: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
         self._sync: str | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,6 +215,7 @@ class SQLiteRunStore:
         """
         if self._conn is not None and self._conn_pid == os.getpid():
             return self._conn
+        self._fast = None
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -234,6 +237,21 @@ class SQLiteRunStore:
             raise
         self._conn, self._conn_pid = conn, os.getpid()
         return conn
+
+    def _fast_connection(self) -> sqlite3.Connection:
+        """A second connection that never waits for a lock and never flushes to disk."""
+        self._connection()
+        if self._fast is None:
+            try:
+                fast = sqlite3.connect(
+                    self.path, timeout=0.0, isolation_level=None, check_same_thread=False
+                )
+                fast.execute("PRAGMA busy_timeout = 0")
+                fast.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+            self._fast = fast
+        return self._fast
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         latest = MIGRATIONS[-1][0]
@@ -335,7 +353,10 @@ class SQLiteRunStore:
         """Record one event; a checkpoint event is committed before this returns."""
         data = event_to_json(event)
         batch = self._enqueue(data)
-        if batch and not self._write_now(batch):
+        if not batch:
+            return
+        if self._flushes(batch) or not self._write_now(batch):
+            # a flush to disk (fsync) or a wait for a lock happens off the event loop
             await asyncio.to_thread(self.write_events, batch)
 
     def record(self, event: Event) -> None:
@@ -375,8 +396,7 @@ class SQLiteRunStore:
         """Commit encoded events (`planexec.store.codec.event_to_json`) in one transaction."""
 
         def apply(conn: sqlite3.Connection) -> None:
-            for data in batch:
-                self._apply(conn, data)
+            self._apply_batch(conn, batch)
             self._before_commit(batch)
 
         self._write(apply, self._flushes(batch))
@@ -384,27 +404,23 @@ class SQLiteRunStore:
     def _write_now(self, batch: list[dict[str, Any]]) -> bool:
         """Commit ``batch`` on the calling thread if no one holds a lock; else return False.
 
-        The fast path: a short transaction that never waits. When the connection is in
-        use in this process, or another process holds the write lock, the caller falls
-        back to `write_events` in a worker thread, which waits and retries.
+        The fast path for commits that are not flushed to disk: a short transaction
+        that never waits. When the connection is in use in this process, or another
+        process holds the write lock, the caller falls back to `write_events` in a
+        worker thread, which waits and retries.
         """
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            conn = self._connection()
-            self._set_sync(conn, self._flushes(batch))
-            conn.execute("PRAGMA busy_timeout = 0")
+            conn = self._fast_connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if _is_busy(exc):
                     return False
                 raise StoreError(f"run store {self.path}: {exc}") from exc
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             try:
-                for data in batch:
-                    self._apply(conn, data)
+                self._apply_batch(conn, batch)
                 self._before_commit(batch)
                 conn.execute("COMMIT")
             except BaseException as exc:
@@ -426,14 +442,20 @@ class SQLiteRunStore:
         does nothing here.
         """
 
-    def _apply(self, conn: sqlite3.Connection, data: dict[str, Any]) -> None:
-        run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
+    def _apply_batch(self, conn: sqlite3.Connection, batch: list[dict[str, Any]]) -> None:
+        """Write a batch of one run's events (inside a transaction)."""
+        first, last = batch[0], batch[-1]
         conn.execute(
             "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host) "
             "VALUES (?, 'RUNNING', ?, ?, ?, ?) "
             "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
-            (run_id, ts, ts, os.getpid(), HOST),
+            (first["run_id"], float(first["ts"]), float(last["ts"]), os.getpid(), HOST),
         )
+        for data in batch:
+            self._apply(conn, data)
+
+    def _apply(self, conn: sqlite3.Connection, data: dict[str, Any]) -> None:
+        run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
         result = data.get("result") if kind == "StepFinished" else None
         step_id = data.get("step_id", result.get("step_id") if result else None)
         cur = conn.execute(
@@ -691,4 +713,6 @@ class SQLiteRunStore:
         with self._lock:
             if self._conn is not None and self._conn_pid == os.getpid():
                 self._conn.close()
-            self._conn = None
+                if self._fast is not None:
+                    self._fast.close()
+            self._conn = self._fast = None

@@ -33,7 +33,8 @@ def ray_session() -> Iterator[Any]:
     os.environ.update(worker_env())
     try:
         if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            # "local": a Ray of our own, even if another one runs on this machine
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     finally:  # Ray's processes have their environment; give the session its own back
         for key, value in saved.items():
             if key == "RAY_AUTH_MODE":

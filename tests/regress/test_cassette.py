@@ -105,7 +105,9 @@ def test_the_key_covers_messages_params_and_model_but_not_dict_order() -> None:
     assert key == request_key({"b": 2, "a": 1}, {"stop": None}, msgs)
     assert key != request_key({"a": 1, "b": 2}, {"stop": ["\n"]}, msgs)
     assert key != request_key({"a": 1, "b": 3}, {"stop": None}, msgs)
-    assert key != request_key({"a": 1, "b": 2}, {"stop": None}, [{"type": "system", "content": "x"}])
+    assert key != request_key(
+        {"a": 1, "b": 2}, {"stop": None}, [{"type": "system", "content": "x"}]
+    )
 
 
 def test_load_model_replay_serves_yaml_and_json_cassettes(tmp_path: Path) -> None:
@@ -135,8 +137,14 @@ def test_a_hand_edited_entry_is_served_by_what_it_says(tmp_path: Path) -> None:
     Cassette(
         path,
         {"llm_type": "x"},
-        [{"key": "stale", "params": {"stop": None}, "messages": [{"type": "human", "content": "hi"}],
-          "reply": "hello"}],
+        [
+            {
+                "key": "stale",
+                "params": {"stop": None},
+                "messages": [{"type": "human", "content": "hi"}],
+                "reply": "hello",
+            }
+        ],
     ).save()
     assert CassetteChatModel(path).invoke("hi").content == "hello"
 
@@ -147,7 +155,10 @@ def test_a_hand_edited_entry_is_served_by_what_it_says(tmp_path: Path) -> None:
 def scenario_with_cassette(sites_scenario: Factory, **extra: object) -> dict[str, object]:
     data = sites_scenario(**extra)
     replies = data["model"]["replies"]  # type: ignore[index]
-    data["model"] = {"cassette": "cassettes/sites.cassette.yaml", "record_with": {"replies": replies}}
+    data["model"] = {
+        "cassette": "cassettes/sites.cassette.yaml",
+        "record_with": {"replies": replies},
+    }
     return data
 
 

@@ -19,7 +19,16 @@ def test_the_project_suite_passes_through_the_cli_with_two_workers(
     report = tmp_path / "report.json"
     junit = tmp_path / "junit.xml"
     code = main(
-        ["regress", str(scenarios_dir), "--workers", "2", "--json", str(report), "--junit", str(junit)]
+        [
+            "regress",
+            str(scenarios_dir),
+            "--workers",
+            "2",
+            "--json",
+            str(report),
+            "--junit",
+            str(junit),
+        ]
     )
     out = capsys.readouterr().out
     data = json.loads(report.read_text())

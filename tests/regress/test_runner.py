@@ -31,7 +31,9 @@ def write(tmp_path: Path, data: dict[str, object], name: str) -> Path:
     return path
 
 
-def test_a_passing_scenario_reports_its_calls_and_run(tmp_path: Path, sites_scenario: Factory) -> None:
+def test_a_passing_scenario_reports_its_calls_and_run(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
     result = run_scenario(write(tmp_path, sites_scenario(), "ok"))
     assert result.status == "passed", result.describe()
     assert result.llm_calls == 2
@@ -66,7 +68,9 @@ def test_failing_expectations_are_all_reported_readably(
     assert result.status == "failed"
     text = [str(f) for f in result.failures]
     assert text[0] == "status: expected FAILED, got SUCCEEDED"
-    assert text[1].startswith("tool_calls[0]: no call of sites matched (1 call(s)); closest, step 1")
+    assert text[1].startswith(
+        "tool_calls[0]: no call of sites matched (1 call(s)); closest, step 1"
+    )
     assert "args.x: expected 1, but it is missing" in text[1]
     assert text[2] == "tool_calls[1]: expected a call of assets; tools called: ['sites']"
     assert text[3] == "steps[0].status: expected step 1 status FAILED, got SUCCEEDED"
@@ -106,7 +110,9 @@ def test_a_scenario_that_cannot_run_is_an_error_not_a_crash(tmp_path: Path) -> N
     assert "not valid YAML" in (result.error or "")
 
     module = tmp_path / "mod.scenario.yaml"
-    module.write_text(yaml.safe_dump({"plan": "#Task1: x", "tools": {"module": "nope.nothing:TOOLS"}}))
+    module.write_text(
+        yaml.safe_dump({"plan": "#Task1: x", "tools": {"module": "nope.nothing:TOOLS"}})
+    )
     result = run_scenario(module)
     assert result.status == "error"
     assert "nope" in (result.error or "")

@@ -29,7 +29,9 @@ def write(tmp_path: Path, data: object, name: str = "x.scenario.yaml") -> Path:
     return path
 
 
-def test_a_scenario_file_loads_with_its_name_defaulting_to_the_file_name(tmp_path: Path, sites_scenario: Factory) -> None:
+def test_a_scenario_file_loads_with_its_name_defaulting_to_the_file_name(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
     data = sites_scenario()
     del data["name"]
     sc = load_scenario(write(tmp_path, data, "my_case.scenario.yaml"))
@@ -39,18 +41,24 @@ def test_a_scenario_file_loads_with_its_name_defaulting_to_the_file_name(tmp_pat
     assert sc.expect.tool_sequence == ["sites"]
 
 
-def test_an_unknown_top_level_key_is_rejected_with_its_name(tmp_path: Path, sites_scenario: Factory) -> None:
+def test_an_unknown_top_level_key_is_rejected_with_its_name(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
     with pytest.raises(ConfigError, match="unknown key 'expectations'"):
         load_scenario(write(tmp_path, sites_scenario(expectations={})))
 
 
-def test_a_misspelt_expectation_is_an_error_not_a_silently_skipped_check(tmp_path: Path, sites_scenario: Factory) -> None:
+def test_a_misspelt_expectation_is_an_error_not_a_silently_skipped_check(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
     data = sites_scenario(expect={"tool_calls": [{"tool": "sites", "argz": {}}]})
     with pytest.raises(ConfigError, match=r"unknown key 'expect\.tool_calls\.0\.argz'"):
         load_scenario(write(tmp_path, data))
 
 
-def test_config_overrides_are_validated_as_agent_config(tmp_path: Path, sites_scenario: Factory) -> None:
+def test_config_overrides_are_validated_as_agent_config(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
     sc = load_scenario(write(tmp_path, sites_scenario(config={"recovery": {"max_replans": 1}})))
     assert isinstance(sc.config, AgentConfig)
     assert sc.config.recovery.max_replans == 1
@@ -157,9 +165,20 @@ def test_contains_regex_type_and_absent() -> None:
     ]
     assert check_value(Matcher(contains="hvac"), ["hvac", "x"], "a") == []
     assert check_value(Matcher(regex=r"^CWC\d+$"), "CWC04006", "a") == []
-    assert check_value(Matcher(regex=r"^CWC"), "X", "a") == ["a: expected to match /^CWC/, got \"X\""]
+    assert check_value(Matcher(regex=r"^CWC"), "X", "a") == ['a: expected to match /^CWC/, got "X"']
     assert check_value(Matcher(type="int"), 3, "a") == []
     assert check_value(Matcher(type="int"), True, "a") == ["a: expected a int, got true"]
     assert check_value(Matcher(absent=True), MISSING, "a") == []
     assert check_value(Matcher(absent=True), 1, "a") == ["a: expected to be absent, got 1"]
     assert "missing" in check_value("x", MISSING, "a")[0]
+
+
+def test_every_scenario_of_the_suite_validates_against_the_published_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((DOCS / "scenario.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    for f in sorted(SCENARIOS.glob("*.scenario.yaml")):
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(f.read_text()))]
+        assert errors == [], f"{f.name}: {errors}"
+    bad = {"question": "q", "model": {"replies": []}, "expect": {"statuz": "FAILED"}}
+    assert any("statuz" in e.message for e in validator.iter_errors(bad))
