@@ -142,7 +142,7 @@ class PlanExecuteAgent:
         event_handlers: Subscribers to every run's events (sync or async functions).
         policy: A recovery policy replacing the one built from ``config.recovery``.
         breakers: Circuit breakers (shared by the agent's runs); one registry by default.
-        runner: How tools are called (local by default).
+        runner: How tools are called (by default from ``config.executor.backend``).
         hints: Safety hints by tool name (``{"search": {"read_only": True}}``).
     """
 
@@ -185,8 +185,12 @@ class PlanExecuteAgent:
             )
         )
         """Circuit breakers for the model provider and the tool servers."""
+        if runner is None:
+            from planexec.distributed import runner_for
+
+            runner = runner_for(self.config.executor.backend, self.config.executor.ray)
         self.runner = runner
-        """How tools are called (None: locally)."""
+        """How tools are called (None: locally; ``executor.backend = "ray"``: on Ray)."""
         self.last_run: Run | None = None
         """The latest run started (also when it was cancelled)."""
         ps = self.config.planner

@@ -93,11 +93,12 @@ class ExecutorConfig:
     """Retries for failed calls of safe tools (read-only or idempotent)."""
     retry_unsafe: bool = False
     """Also retry tools whose safety is unknown. Destructive tools are never retried."""
-    retry_error_payloads: bool = False
-    """Also retry error payloads and ``is_error`` results of safe tools.
+    retry_error_payloads: bool = True
+    """Retry error payloads and ``is_error`` results of safe tools like exceptions.
 
-    Off by default: such a result is the tool's answer (``unknown site``), not a
-    transport failure; exceptions and timeouts are what gets retried.
+    On by default (`DESIGN.md`: a TOOL_ERROR is retried if the tool is safe). Turn it
+    off when such results are the tool's final answer (``unknown site``), so only
+    exceptions and timeouts are retried.
     """
     empty_output_attempts: int = 2
     """Attempts (at most) for a safe tool that keeps returning an empty output."""

@@ -380,20 +380,20 @@ async def test_an_error_payload_counts_as_a_failure_not_a_success() -> None:
     assert res[2].status is StepStatus.BLOCKED and calls(after) == []
 
 
-async def test_an_error_payload_of_a_safe_tool_is_an_answer_not_retried_by_default() -> None:
-    tool = fake_tool("sites", {"error": "unknown site"}, hints=SAFE)
-    h = Harness([tool])
-    res = await h.run(mk(1, "sites"))
-    assert_failed(res[1], ErrorKind.TOOL_ERROR, "unknown site")
-    assert len(calls(tool)) == 1
-
-
-async def test_error_payloads_of_safe_tools_can_be_retried() -> None:
+async def test_an_error_payload_of_a_safe_tool_is_retried_like_an_exception() -> None:
     tool = fake_tool("sites", {"error": "busy"}, hints=SAFE)
-    h = Harness([tool], config=ExecutorConfig(tool_retry=FAST, retry_error_payloads=True))
+    h = Harness([tool])
     res = await h.run(mk(1, "sites"))
     assert_failed(res[1], ErrorKind.TOOL_ERROR, "busy", "after 3 attempts")
     assert len(calls(tool)) == 3
+
+
+async def test_retrying_error_payloads_can_be_turned_off() -> None:
+    tool = fake_tool("sites", {"error": "unknown site"}, hints=SAFE)
+    h = Harness([tool], config=ExecutorConfig(tool_retry=FAST, retry_error_payloads=False))
+    res = await h.run(mk(1, "sites"))
+    assert_failed(res[1], ErrorKind.TOOL_ERROR, "unknown site")
+    assert len(calls(tool)) == 1
 
 
 async def test_error_payload_keys_are_configurable() -> None:

@@ -49,8 +49,11 @@ from planexec.results import Run
 from planexec.testing import ScriptedChatModel, fake_tool
 
 __all__ = [
+    "arun_scenario",
+    "build_model",
     "discover",
     "matches_filter",
+    "open_tools",
     "run_scenario",
     "run_suite",
 ]
@@ -236,9 +239,11 @@ def run_scenario(
     record: bool = False,
     record_model: str | None = None,
 ) -> ScenarioResult:
-    """Run one scenario and check its expectations.
+    """Run one scenario and check its expectations (starts its own event loop).
 
-    A pure, picklable entry point: safe to call in a worker process.
+    A pure, picklable entry point: a module-level function of picklable arguments
+    returning a picklable result, safe to call in a worker process. It never raises for
+    the scenario's own problems. From async code, await `arun_scenario` instead.
 
     Args:
         scenario: A scenario file, or a `Scenario` (relative paths in it are read from
@@ -251,6 +256,16 @@ def run_scenario(
         The result: ``passed``, ``failed`` (with every failing expectation), ``error``
         (the scenario could not run, with the reason) or ``skipped``.
     """
+    return asyncio.run(arun_scenario(scenario, record=record, record_model=record_model))
+
+
+async def arun_scenario(
+    scenario: str | os.PathLike[str] | Scenario,
+    *,
+    record: bool = False,
+    record_model: str | None = None,
+) -> ScenarioResult:
+    """`run_scenario` on the running event loop."""
     start = time.perf_counter()
     path = None if isinstance(scenario, Scenario) else str(scenario)
     try:
@@ -264,8 +279,7 @@ def run_scenario(
             error=str(exc),
             wall_time=time.perf_counter() - start,
         )
-    path = sc.path or path
-    result = ScenarioResult(name=sc.name, path=path, tags=list(sc.tags))
+    result = ScenarioResult(name=sc.name, path=sc.path or path, tags=list(sc.tags))
     if sc.skip is not None:
         result.status, result.error = "skipped", sc.skip
         return result
@@ -283,7 +297,7 @@ def run_scenario(
     observer = Observer()
     run: Run | None = None
     try:
-        run = asyncio.run(asyncio.wait_for(_run(sc, model, observer), sc.timeout))
+        run = await asyncio.wait_for(_run(sc, model, observer), sc.timeout)
     except TimeoutError:
         result.status = "error"
         result.error = f"the run did not finish within the scenario's timeout ({sc.timeout}s)"
@@ -291,21 +305,22 @@ def run_scenario(
         result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 - a scenario's crash is its result, not ours
         result.status, result.error = "error", f"the run raised {type(exc).__name__}: {exc}"
+    miss = _cassette_miss(model)
     if run is not None:
         result.run = run.to_dict()
         result.llm_calls = run.usage.total_llm_calls
         result.llm_calls_by_purpose = dict(run.usage.llm_calls)
         result.tool_calls = run.usage.tool_calls
-        miss = _cassette_miss(model)
-        if miss is not None:
-            result.status, result.error = "error", miss
-        else:
+        if miss is None:
             strict = sc.model.strict if sc.model is not None else True
             result.failures = [
                 *check_run(sc.expect, run, observer),
                 *_model_problems(model, strict),
             ]
             result.status = "failed" if result.failures else "passed"
+    if miss is not None:
+        # the run cannot be trusted: its model saw a request the cassette does not hold
+        result.status, result.error, result.failures = "error", miss, []
     result.wall_time = time.perf_counter() - start
     return result
 

@@ -9,6 +9,15 @@ import pytest
 
 from planexec.cli import main
 
+
+@pytest.fixture(autouse=True)
+def _no_sink_left_on_a_closed_capture() -> object:
+    # main() adds a loguru sink on the (captured) stderr; remove it after each test
+    yield
+    from loguru import logger
+
+    logger.remove()
+
 TOOLS = textwrap.dedent(
     '''
     from planexec.testing import fake_tool

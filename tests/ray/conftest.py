@@ -19,11 +19,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-
-def worker_env() -> dict[str, str]:
-    """The environment Ray processes started from this session should have."""
-    paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "RAY_AUTH_MODE": "disabled"}
+from ray_helpers import worker_env  # noqa: E402
 
 
 @pytest.fixture(scope="session")

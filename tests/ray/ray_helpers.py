@@ -21,10 +21,17 @@ from planexec.agent import PlanExecuteAgent
 from planexec.config import AgentConfig
 from planexec.testing import ScriptedChatModel, fake_tool
 
+HERE = Path(__file__).resolve().parent
 READ = {"read_only": True}
 WRITE = {"destructive": True}
 WAIT_LIMIT = 60.0
 """Seconds a blocking tool waits for its release file, at most."""
+
+
+def worker_env() -> dict[str, str]:
+    """The environment Ray processes started by the tests need (this folder importable)."""
+    paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "RAY_AUTH_MODE": "disabled"}
 
 
 def plan_text(*steps: tuple[int, str, str, str]) -> str:
@@ -74,7 +81,10 @@ def where_tool() -> BaseTool:
             if ray.is_initialized():
                 ctx = ray.get_runtime_context()
                 info["node"] = ctx.get_node_id()
-                info["resources"] = dict(ctx.get_assigned_resources())
+                try:
+                    info["resources"] = dict(ctx.get_assigned_resources())
+                except AssertionError:  # the driver, not a worker: no task resources
+                    pass
         except ImportError:  # pragma: no cover - Ray tests skip without Ray
             pass
         return info

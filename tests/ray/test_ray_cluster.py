@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from conftest import HERE, worker_env  # noqa: E402
+from ray_helpers import HERE, worker_env  # noqa: E402
 
 pytestmark = [pytest.mark.ray]
 
