@@ -47,28 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(verbosity: int) -> None:
+def _configure_logging(verbosity: int) -> int:
+    """Send planexec's log to standard error; returns the sink id to remove later."""
     from loguru import logger
 
     logger.remove()
     level = {0: "WARNING", 1: "INFO"}.get(verbosity, "DEBUG")
-    logger.add(
-        sys.stderr,
-        level=level,
-        format="<level>{level: <7}</level> run={extra[run_id]} step={extra[step_id]} | "
-        "{message}",
-    )
     logger.configure(extra={"run_id": "-", "step_id": "-"})
+    # Write to whatever sys.stderr is at the time (it may be replaced, e.g. by capsys).
+    return logger.add(
+        lambda message: sys.stderr.write(message),
+        level=level,
+        colorize=False,
+        format="{level: <7} run={extra[run_id]} step={extra[step_id]} | {message}",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``planexec`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from loguru import logger
+
+    sink = _configure_logging(args.verbose)
     try:
         code = args.func(args)
     except PlanexecError as exc:
@@ -77,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("planexec: interrupted", file=sys.stderr)
         return 130
+    finally:
+        logger.remove(sink)
     return int(code or 0)
 
 
