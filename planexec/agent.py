@@ -33,18 +33,18 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_core.tools import BaseTool, StructuredTool
-from pydantic import BaseModel, ValidationError
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel
 
-from planexec._log import run_log
+from planexec._log import run_log, step_log
 from planexec._models import ModelClient
 from planexec.config import AgentConfig
-from planexec.errors import CircuitOpenError, ErrorKind, ModelError, RunError
+from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError, RunError
 from planexec.evaluation import EvalCase, EvalStatus, Evaluator, Verdict, format_results
 from planexec.events import (
     Event,
@@ -55,8 +55,20 @@ from planexec.events import (
     RecoveryDecided,
     RunFinished,
     RunStarted,
+    StepFinished,
+    StepStarted,
 )
 from planexec.executor import Executor, ExecutorConfig, ModelReasoner, ToolRunner
+from planexec.output import (
+    OUTPUT_TOOL,
+    catalog_with_output,
+    check_expected,
+    check_output_plan,
+    output_feedback,
+    output_step,
+    resolve_output,
+    without_output_step,
+)
 from planexec.plan import Plan, Step
 from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext
 from planexec.recovery import (
@@ -110,6 +122,7 @@ class _RunCtx:
     output_type: type[BaseModel] | None
     t0: float = field(default_factory=time.perf_counter)
     current: PlanAttempt | None = None
+    expected: Mapping[str, Any] | None = None
 
 
 class _Replan(Exception):
@@ -214,6 +227,7 @@ class PlanExecuteAgent:
         question: str,
         *,
         output_type: type[BaseModel] | None = None,
+        expected: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         event_handlers: Sequence[EventHandler] = (),
     ) -> Run:
@@ -222,6 +236,9 @@ class PlanExecuteAgent:
         Args:
             question: The question.
             output_type: A typed output for this run (overrides the agent's).
+            expected: Expected values of fields of the typed output; a difference is
+                ``OUTPUT_UNEXPECTED``, blamed on the steps the fields came from
+                (docs/recovery.md, "Typed outputs and blame").
             run_id: The run's id (a new one by default).
             event_handlers: Extra subscribers for this run's events.
 
@@ -232,10 +249,13 @@ class PlanExecuteAgent:
         Raises:
             asyncio.CancelledError: the run was cancelled (``last_run`` is CANCELLED).
             RunError: there is no model to plan with (use `execute_plan`).
+            ConfigError: ``expected`` without an output type, or naming unknown fields.
         """
         if self.planner is None:
             raise RunError("no model to plan with: give a model, or use execute_plan(plan)")
+        self._check_expected(output_type, expected)
         ctx = await self._start(question, run_id, output_type, event_handlers)
+        ctx.expected = expected
         return await self._drive(ctx, None, "")
 
     async def execute_plan(
@@ -244,6 +264,7 @@ class PlanExecuteAgent:
         *,
         question: str = "",
         output_type: type[BaseModel] | None = None,
+        expected: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         event_handlers: Sequence[EventHandler] = (),
     ) -> Run:
@@ -255,8 +276,11 @@ class PlanExecuteAgent:
 
         Raises:
             PlanParseError: the text holds no plan.
+            ConfigError: ``expected`` without an output type, or naming unknown fields.
         """
         from planexec.parsing import check_plan, parse_plan
+
+        self._check_expected(output_type, expected)
 
         text = plan if isinstance(plan, str) else plan.source
         parsed = (
@@ -266,8 +290,9 @@ class PlanExecuteAgent:
             if isinstance(plan, str)
             else plan
         )
-        parsed = check_plan(parsed, self.catalog)
+        parsed = check_plan(parsed, self._catalog_for(output_type or self.output_type))
         ctx = await self._start(question, run_id, output_type, event_handlers)
+        ctx.expected = expected
         return await self._drive(ctx, parsed, text)
 
     def run_sync(self, question: str, **kwargs: Any) -> Run:
@@ -370,21 +395,17 @@ class PlanExecuteAgent:
     def _catalog_for(self, output_type: type[BaseModel] | None) -> ToolCatalog:
         if output_type is None:
             return self.catalog
+        return catalog_with_output(self.catalog, output_type)
 
-        async def final_answer(**kwargs: Any) -> dict[str, Any]:
-            return output_type.model_validate(kwargs).model_dump(mode="json")
-
-        tool = StructuredTool.from_function(
-            coroutine=final_answer,
-            name=FINAL_STEP_TOOL,
-            description=f"Fill the fields of the final result ({output_type.__name__}).",
-            args_schema=output_type,
-        )
-        tool.metadata = {"planexec": {"read_only": True}}
-        specs = self.catalog.specs()
-        return ToolCatalog(
-            [*(s.tool for s in specs), tool], hints={s.qualified_name: s.hints for s in specs}
-        )
+    def _check_expected(
+        self, output_type: type[BaseModel] | None, expected: Mapping[str, Any] | None
+    ) -> None:
+        if not expected:
+            return
+        out_type = output_type or self.output_type
+        if out_type is None:
+            raise ConfigError("expected output values were given without an output_type")
+        check_expected(out_type, expected)
 
     def _is_safe(self, result: StepResult) -> bool:
         if result.tool is None:
@@ -465,7 +486,22 @@ class PlanExecuteAgent:
                     )
                     await self._decide_round(ctx, [failure], plan, {}, text)
                     raise AssertionError("unreachable")  # pragma: no cover
-                latest = await self._execute(ctx, plan, prior, attempt)
+                to_run = plan
+                if ctx.output_type is not None:
+                    problem = check_output_plan(plan, ctx.output_type)
+                    if problem is not None:
+                        failure = Failure(
+                            problem.kind,
+                            problem.message,
+                            step_id=problem.step_id,
+                            tool=OUTPUT_TOOL,
+                            args=problem.fields,
+                            plan_version=version,
+                        )
+                        await self._decide_round(ctx, [failure], plan, prior, text)
+                        raise AssertionError("unreachable")  # pragma: no cover
+                    to_run = without_output_step(plan)  # instantiated in _typed_output
+                latest = await self._execute(ctx, to_run, prior, attempt)
                 if ctx.run.status is RunStatus.CANCELLED:
                     return
                 await self._conclude(ctx, plan, latest, text)
@@ -603,7 +639,7 @@ class PlanExecuteAgent:
         """Every step succeeded (or was skipped): typed output, answer, evaluation."""
         run = ctx.run
         if ctx.output_type is not None:
-            self._set_output(ctx, plan, latest)
+            await self._typed_output(ctx, plan, latest, text)
         await self._answer(ctx, latest)
         if self.evaluator is None:
             run.status = RunStatus.SUCCEEDED
@@ -644,19 +680,84 @@ class PlanExecuteAgent:
             )
         )
 
-    def _set_output(self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult]) -> None:
-        assert ctx.output_type is not None
-        finals = [s for s in plan.steps if s.tool == FINAL_STEP_TOOL]
-        if not finals:
-            raise _Stop(
-                ErrorKind.OUTPUT_MISSING_STEP,
-                f"the plan has no final {FINAL_STEP_TOOL} step filling {ctx.output_type.__name__}",
+    async def _typed_output(
+        self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult], text: str
+    ) -> None:
+        """Instantiate the final mapping into the output type (docs/recovery.md).
+
+        ``OUTPUT_INVALID`` and ``OUTPUT_UNEXPECTED`` re-resolve the mapping alone, with
+        the failure as feedback, before anything else re-runs; when the policy re-plans
+        instead (budget spent, or the same fields failing twice), an unexpected output
+        re-plans from scratch (no result is kept) telling the planner which fields and
+        steps were to blame. ``Run.output`` holds the last instance, even an unexpected
+        one (the run's status says whether it is to be trusted).
+        """
+        assert ctx.output_type is not None and ctx.current is not None
+        run, attempt = ctx.run, ctx.current
+        step = output_step(plan)
+        assert step is not None  # check_output_plan passed
+        resolver = ArgResolver(ctx.client, output_budget=self.config.resolver.output_budget)
+        feedback: str | None = None
+        while True:
+            await ctx.bus.emit(
+                StepStarted(
+                    run_id=run.run_id,
+                    step_id=step.id,
+                    tool=OUTPUT_TOOL,
+                    plan_version=attempt.version,
+                )
             )
-        result = latest.get(finals[-1].id)
-        try:
-            ctx.run.output = ctx.output_type.model_validate(result.output if result else None)
-        except ValidationError as exc:
-            raise _Stop(ErrorKind.OUTPUT_INVALID, f"the final result is invalid: {exc}") from exc
+            outcome = await resolve_output(
+                plan,
+                ctx.output_type,
+                latest,
+                resolver,
+                expected=ctx.expected,
+                feedback=feedback,
+                run_id=run.run_id,
+                bus=ctx.bus,
+                client=ctx.client,
+            )
+            attempt.results.append(outcome.result)
+            await ctx.bus.emit(
+                StepFinished(run_id=run.run_id, result=outcome.result, plan_version=attempt.version)
+            )
+            run.output = outcome.value
+            if outcome.ok:
+                return
+            assert outcome.kind is not None and outcome.message is not None
+            if outcome.mismatches:
+                step_log(run.run_id, step.id).warning(
+                    "typed output unexpected: {}", outcome.describe()
+                )
+            failure = Failure(
+                outcome.kind,
+                outcome.message,
+                step_id=step.id,
+                tool=OUTPUT_TOOL,
+                args=outcome.fields,
+                safe=True,
+                plan_version=attempt.version,
+            )
+            try:
+                await self._decide_round(ctx, [failure], plan, latest, text)
+            except _Replan as r:
+                replan = replace(r.ctx, failed=[*r.ctx.failed, outcome.result])
+                if outcome.kind is ErrorKind.OUTPUT_UNEXPECTED:
+                    blamed = "; ".join(
+                        f"field {m.field!r} came from step {m.blame.step_id} "
+                        f"({m.blame.tool or 'reasoning'})"
+                        + ("" if m.blame.reason == "produced the value" else f": {m.blame.reason}")
+                        for m in outcome.mismatches
+                    )
+                    replan = replace(
+                        replan,
+                        kept={},
+                        reason=f"{replan.reason}. The typed output was wrong: {blamed}. "
+                        "Re-planning from scratch: no earlier result is kept.",
+                    )
+                raise _Replan(replan) from None
+            feedback = output_feedback(outcome)
 
     async def _evaluate(
         self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult]

@@ -54,9 +54,12 @@ def _configure_logging(verbosity: int) -> int:
     logger.remove()
     level = {0: "WARNING", 1: "INFO"}.get(verbosity, "DEBUG")
     logger.configure(extra={"run_id": "-", "step_id": "-"})
-    # Write to whatever sys.stderr is at the time (it may be replaced, e.g. by capsys).
+    def to_stderr(message: object) -> None:
+        # Whatever sys.stderr is at the time: it may be replaced (capsys, redirection).
+        sys.stderr.write(str(message))
+
     return logger.add(
-        lambda message: sys.stderr.write(message),
+        to_stderr,
         level=level,
         colorize=False,
         format="{level: <7} run={extra[run_id]} step={extra[step_id]} | {message}",

@@ -399,13 +399,16 @@ class Executor:
         self._plan_version = 1
         self._dialect: str | None = None
         self._finished: asyncio.Queue[int | None] | None = None
+        self._last_cancelled = False
 
     # ------------------------------------------------------------------ public API
 
     def cancel(self) -> None:
         """Stop the current run: running steps and steps not started become CANCELLED.
 
-        `run` then returns normally with the results so far.
+        `run` then returns normally with the results so far, and `cancelled` is true.
+        Called while no run is under way, it cancels the next one at once. Call it from
+        the event loop's thread.
         """
         self._cancel.set()
         if self._finished is not None:
@@ -413,8 +416,8 @@ class Executor:
 
     @property
     def cancelled(self) -> bool:
-        """Whether `cancel` was called."""
-        return self._cancel.is_set()
+        """Whether `cancel` was called (and stopped the last run, or will stop the next)."""
+        return self._cancel.is_set() or self._last_cancelled
 
     async def run(
         self,
@@ -445,6 +448,7 @@ class Executor:
         """
         self._plan_version = plan_version
         self._dialect = plan.dialect
+        self._last_cancelled = False
         feedback = feedback or {}
         self.results = {}
         for sid, result in (prior or {}).items():
@@ -514,6 +518,7 @@ class Executor:
         finally:
             self._finished = None
             cancelled, self._cancel = self._cancel.is_set(), asyncio.Event()
+            self._last_cancelled = cancelled
         if cancelled:
             await self._cancel_rest(to_run, running, order)
         elif len(order) < len(steps):

@@ -73,6 +73,7 @@ OUTPUT_TOOL = FINAL_STEP_TOOL
 """The reserved tool name of the final mapping step: ``final_answer``."""
 
 _MAX_HOPS = 32
+_NOTHING: Any = object()
 _VALUE_CUT = 120
 _ARG_QUOTED = re.compile(r"argument '([A-Za-z_]\w*)")
 
@@ -202,7 +203,7 @@ def check_output_plan(plan: Plan, output_type: type[BaseModel]) -> OutputProblem
             ErrorKind.OUTPUT_MISSING_STEP,
             f"the plan has no final mapping step: end it with a step '#ToolN: {OUTPUT_TOOL}' "
             f"whose #ArgsN fill the fields of {model} ({_fields_text(output_type)}) from "
-            "earlier steps' results, using references like \"<step_2.id>\"",
+            'earlier steps\' results, using references like "<step_2.id>"',
         )
     required = [n for n, f in output_type.model_fields.items() if f.is_required()]
     if not step.args_valid:
@@ -296,8 +297,10 @@ class Blame:
     def describe(self) -> str:
         """The trace in one line, e.g. ``field 'id' ← step 5 ... ← step 2 (assets): ...``."""
         trail = " ← ".join(h.describe() for h in self.hops)
-        return f"field {self.field!r} ← {trail}: {self.reason}" if trail else (
-            f"field {self.field!r}: {self.reason}"
+        return (
+            f"field {self.field!r} ← {trail}: {self.reason}"
+            if trail
+            else (f"field {self.field!r}: {self.reason}")
         )
 
 
@@ -423,6 +426,15 @@ def trace_field(
     refs = [r for r in iter_refs(written) if not r.is_hinted]
     result = results.get(final.id)
     method = result.resolution.get(field_name) if result is not None else None
+    if method is ResolutionMethod.LLM and isinstance(written, Ref) and not written.is_hinted:
+        # the fallback gave the value the reference points at: it is the reference's
+        if result is not None and result.args is not None and field_name in result.args:
+            try:
+                pointed = follow_path(results[written.step].output, written.path)
+            except (LookupError, KeyError):
+                pointed = _NOTHING
+            if pointed is not _NOTHING and _same(pointed, result.args[field_name]):
+                method = ResolutionMethod.REFERENCE
     if (isinstance(written, Ref) and written.is_hinted) or method is ResolutionMethod.LLM:
         sources = tuple(
             _follow(plan, results, r.step, r.path)[-1].step_id for r in refs if r.step in results
@@ -434,7 +446,10 @@ def trace_field(
     if isinstance(written, Ref):
         if written.step not in results:
             return Blame(
-                field_name, final.id, OUTPUT_TOOL, (head,),
+                field_name,
+                final.id,
+                OUTPUT_TOOL,
+                (head,),
                 f"it refers to step {written.step}, which has no result",
             )
         hops = _follow(plan, results, written.step, written.path)
@@ -486,10 +501,7 @@ class OutputMismatch:
 
     def feedback(self) -> str:
         """For models: the wrong value and where it came from, not the expected one."""
-        return (
-            f"field {self.field!r} = {_short(self.actual)} is wrong; "
-            f"{self.blame.describe()}"
-        )
+        return f"field {self.field!r} = {_short(self.actual)} is wrong; {self.blame.describe()}"
 
 
 def compare_output(
@@ -615,9 +627,7 @@ async def resolve_output(
             detail = resolved.message.removeprefix(f"{where}: ")
             message = f"{where}: the final mapping does not validate into {model}: {detail}"
             fields = _invalid_fields(resolved.message, resolved.arg, names)
-            return failed(
-                ErrorKind.OUTPUT_INVALID, message, fields, llm_calls=resolved.llm_calls
-            )
+            return failed(ErrorKind.OUTPUT_INVALID, message, fields, llm_calls=resolved.llm_calls)
         return failed(
             resolved.kind,
             resolved.message,
@@ -677,4 +687,3 @@ def output_feedback(outcome: OutputOutcome) -> str:
             f"must come from, and fill them again: {fields}."
         )
     return f"{outcome.message}\nFill these fields again so that they validate: {fields}."
-

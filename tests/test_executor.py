@@ -638,6 +638,7 @@ async def test_cancel_marks_running_and_waiting_steps_cancelled_and_returns() ->
     assert_failed(res[3], ErrorKind.CANCELLED, "before it started", status=StepStatus.CANCELLED)
     assert calls(after) == []
     assert {e.result.step_id for e in h.of(StepFinished)} == {1, 2, 3}
+    assert h.executor.cancelled
 
 
 async def test_cancelling_the_task_records_cancelled_steps_then_propagates() -> None:

@@ -183,7 +183,15 @@ class ScenarioResult:
         )
 
     def outcome(self) -> dict[str, Any]:
-        """What must not depend on timing or workers: status, failures, calls."""
+        """What must not depend on timing or workers: status, failures, calls, the run.
+
+        The run is taken without its timings, and each plan attempt's step results in
+        step order (parallel steps finish in an order that timing decides).
+        """
+        run = stable_run(self.run)
+        if isinstance(run, dict):
+            for attempt in run.get("attempts", []):
+                attempt["results"] = sorted(attempt["results"], key=lambda r: r["step_id"])
         return {
             "name": self.name,
             "status": self.status,
@@ -191,7 +199,7 @@ class ScenarioResult:
             "error": self.error,
             "llm_calls": self.llm_calls,
             "tool_calls": self.tool_calls,
-            "run": stable_run(self.run),
+            "run": run,
         }
 
 

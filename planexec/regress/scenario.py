@@ -61,8 +61,10 @@ __all__ = [
     "PlanExpectation",
     "RecoveryExpectation",
     "Scenario",
+    "ScriptedReplies",
     "StepExpectation",
     "ToolCallExpectation",
+    "ToolSource",
     "Value",
     "as_matcher",
     "load_scenario",
@@ -172,7 +174,7 @@ class FakeTool(_Strict):
     latency: float = Field(default=0.0, ge=0, le=10)
     """Seconds to wait (asynchronously) before answering."""
     hints: dict[str, bool] = Field(default_factory=dict)
-    """Safety hints: ``read_only``, ``idempotent``, ``destructive``, or ``server``."""
+    """Safety hints: ``read_only``, ``idempotent``, ``destructive``."""
     server: str | None = None
     """The server the tool belongs to (``#ServerN`` / ``server.tool`` in plans)."""
 

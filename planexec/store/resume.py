@@ -478,6 +478,7 @@ async def resume_run(agent: Any, store: RunStore, run_id: str, rerun_unsafe: boo
                         ctx.output_type.model_json_schema() if ctx.output_type else None
                     ),
                     client=ctx.client, run_id=run.run_id, bus=ctx.bus,
+                    catalog=ctx.executor.catalog,
                 )
             except (ModelError, CircuitOpenError) as exc:
                 kind = (ErrorKind.CIRCUIT_OPEN if isinstance(exc, CircuitOpenError)

@@ -231,3 +231,44 @@ async def test_a_resumed_replan_sees_the_steps_kept_from_earlier_plans() -> None
     assert calls(tools)["sites"] == []
     assert [a.version for a in run.attempts] == [1, 2]
     assert run_from_store(store, "r").status is RunStatus.SUCCEEDED
+
+
+async def test_a_resumed_run_replans_after_the_recorded_versions() -> None:
+    from langchain_core.messages import BaseMessage
+
+    from planexec.agent import PlanExecuteAgent
+    from planexec.testing import FunctionChatModel, messages_text
+
+    store = MemoryRunStore()
+    bus = EventBus()
+    store.attach(bus)
+    v1 = Plan(steps=(Step(id=1, tool="sites"), Step(id=2, tool="nosuchtool", depends_on=(1,))))
+    await bus.emit(RunStarted(run_id="r", question="which assets?"))
+    await bus.emit(PlanCreated(run_id="r", version=1, plan=v1))
+    await bus.emit(StepFinished(run_id="r", result=ok(1, "sites", ["MAIN", "EAST"])))
+    orphan(store, "r")
+
+    prompts: list[str] = []
+
+    def reply(messages: list[BaseMessage]) -> str:
+        text = messages_text(messages)
+        prompts.append(text)
+        if "Step results" in text:
+            return "EAST has CH-6."
+        return (
+            "#Task3: assets of the second site\n#Tool3: assets\n"
+            '#Args3: {"site": "<step_1[1]>"}\n#Dependency3: #S1\n'
+        )
+
+    tools = agent_tools()
+    agent = PlanExecuteAgent(FunctionChatModel(function=reply), tools, store=store)
+    run = await resume_run(agent, store, "r")
+
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    assert [a.version for a in run.attempts] == [1, 2]
+    assert calls(tools)["sites"] == []
+    assert calls(tools)["assets"] == [{"site": "EAST", "note": ""}]
+    assert run.answer == "EAST has CH-6."
+    assert [p.version for p in store.plans("r")] == [1, 2]
+    assert store.plans("r")[1].reason is not None
+    assert store.get_run("r").plan_version == 2
