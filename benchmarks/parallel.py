@@ -80,7 +80,10 @@ class SleepRunner:
 
 async def once(plan: Plan, latency: float, concurrency: int, runner: str) -> float:
     tool = fake_tool(
-        "sleep", {"ok": True}, args={"inputs": (list[Any], None)}, latency=latency,
+        "sleep",
+        {"ok": True},
+        args={"inputs": (list[Any], None)},
+        latency=latency,
         hints={"read_only": True},
     )
     executor = Executor(
@@ -133,8 +136,10 @@ def main() -> None:
                 "goal_met": ratio <= 1.05,
             }
         )
-        print(f"{runner:9} {name:8} steps={len(plan.steps):3} critical={critical:.3f}s "
-              f"wall={best:.3f}s ratio={ratio:.3f}")
+        print(
+            f"{runner:9} {name:8} steps={len(plan.steps):3} critical={critical:.3f}s "
+            f"wall={best:.3f}s ratio={ratio:.3f}"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
         "benchmark": "parallel",

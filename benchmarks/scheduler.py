@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import json
 import platform
+import pstats
 import time
 from pathlib import Path
 from typing import Any
@@ -64,10 +66,20 @@ async def once(n: int, shape: str, runner: str) -> float:
     return elapsed
 
 
+def count_calls(n: int, shape: str) -> float:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    asyncio.run(once(n, shape, "noop"))
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    return float(stats.total_calls) / n  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-count", action="store_true", help="skip counting calls")
     args = parser.parse_args()
     logger.remove()
     rows = []
@@ -80,14 +92,19 @@ def main() -> None:
                 per_step[n] = best / n * 1e6
                 print(f"{runner:9} {shape:11} n={n:6}  {per_step[n]:8.1f} µs/step")
             lo, hi = min(args.sizes), max(args.sizes)
-            rows.append(
-                {
-                    "runner": runner,
-                    "shape": shape,
-                    "us_per_step": {str(k): round(v, 2) for k, v in per_step.items()},
-                    f"ratio_{hi}_over_{lo}": round(per_step[hi] / per_step[lo], 3),
-                }
-            )
+            row: dict[str, Any] = {
+                "runner": runner,
+                "shape": shape,
+                "us_per_step": {str(k): round(v, 2) for k, v in per_step.items()},
+                f"ratio_{hi}_over_{lo}": round(per_step[hi] / per_step[lo], 3),
+            }
+            if runner == "noop" and not args.no_count:
+                # Deterministic evidence of linearity, immune to machine load: Python
+                # function calls per step (constant when the scheduler is linear).
+                calls = {n: count_calls(n, shape) for n in args.sizes}
+                row["python_calls_per_step"] = {str(k): round(v, 1) for k, v in calls.items()}
+                print(f"{runner:9} {shape:11} calls/step {row['python_calls_per_step']}")
+            rows.append(row)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
         "benchmark": "scheduler",
@@ -97,9 +114,9 @@ def main() -> None:
         "rows": rows,
     }
     (RESULTS / "scheduler.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    for row in rows:
-        ratio = [v for k, v in row.items() if k.startswith("ratio")][0]
-        print(f"{row['runner']:9} {row['shape']:11} ratio {ratio}")
+    for r in rows:
+        ratio = [v for k, v in r.items() if k.startswith("ratio")][0]
+        print(f"{r['runner']:9} {r['shape']:11} ratio {ratio}")
 
 
 if __name__ == "__main__":

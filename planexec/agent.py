@@ -102,6 +102,11 @@ def _retry(settings: Any) -> RetryPolicy:
     )
 
 
+def _next_version(run: Run) -> int:
+    """The version of the run's next plan: after every recorded one."""
+    return max((a.version for a in run.attempts), default=0) + 1
+
+
 def _backend_runner(settings: Any) -> ToolRunner | None:
     """The tool runner of ``executor.backend`` (None: the executor's local one)."""
     if settings.backend == "local":
@@ -295,6 +300,84 @@ class PlanExecuteAgent:
         ctx.expected = expected
         return await self._drive(ctx, parsed, text)
 
+    async def resume(self, run_id: str, *, rerun_unsafe: bool = False) -> Run:
+        """Continue an interrupted (or failed) run recorded in the agent's store.
+
+        Succeeded steps are not run again; a step whose tool call started without a
+        recorded result runs again only if its tool is safe (read-only or idempotent)
+        or ``rerun_unsafe`` is true; otherwise it is recorded as ``UNKNOWN_OUTCOME`` and
+        the run stops, saying how to force it. Then the whole loop continues (recovery,
+        re-plans numbered after the recorded ones, answer, evaluation). See
+        docs/durability.md, "What resume does".
+
+        Args:
+            run_id: The run to resume.
+            rerun_unsafe: Also re-run interrupted calls of tools that are not safe.
+
+        Returns:
+            The run (also when it was already finished: then as recorded).
+
+        Raises:
+            RunError: the agent has no store; the run is still running in a live
+                process; or it has no recorded plan and the agent has no model.
+            RunNotFoundError: the store has no such run.
+        """
+        if self.store is None:
+            raise RunError("resume needs a run store: PlanExecuteAgent(..., store=store)")
+        from planexec.store.resume import resume_run
+
+        return await resume_run(self, self.store, run_id, rerun_unsafe=rerun_unsafe)
+
+    async def continue_plan(
+        self,
+        question: str,
+        attempts: Sequence[PlanAttempt],
+        *,
+        run_id: str,
+        version: int | None = None,
+        prior: Mapping[int, StepResult] | None = None,
+        announce: Sequence[Event] = (),
+        event_handlers: Sequence[EventHandler] = (),
+    ) -> Run:
+        """Continue a run at a plan version that was already made (the hook of resume).
+
+        The run gets ``attempts`` as its history; the plan of version ``version`` runs
+        again without a new `PlanCreated` (it is on record), reusing ``prior``, and the
+        loop goes on from there as in `run`: recovery, re-plans numbered after every
+        recorded version (earlier re-plans count against the budget), answer,
+        evaluation. `planexec.store.resume.resume_run` decides ``prior`` from a store.
+
+        Args:
+            question: The run's question.
+            attempts: The run's plan attempts so far (with their results).
+            run_id: The run's id.
+            version: The version to continue (default: the latest with a plan).
+            prior: Results reused instead of running their steps (succeeded ones).
+            announce: Events emitted right after `RunStarted`, before anything runs.
+            event_handlers: Extra subscribers for this run's events.
+
+        Raises:
+            RunError: no attempt of ``version`` (or none at all) has a plan.
+        """
+        history = list(attempts)
+        attempt = next(
+            (
+                a
+                for a in reversed(history)
+                if a.plan is not None and (version is None or a.version == version)
+            ),
+            None,
+        )
+        if attempt is None:
+            which = "a plan" if version is None else f"a plan of version {version}"
+            raise RunError(f"run {run_id} has no attempt with {which} to continue")
+        ctx = await self._start(question, run_id, None, event_handlers)
+        ctx.run.attempts = history
+        ctx.state.replans = sum(1 for a in history if a.version > 1)
+        for event in announce:
+            await ctx.bus.emit(event)
+        return await self._drive(ctx, None, "", recorded=attempt, prior=prior)
+
     def run_sync(self, question: str, **kwargs: Any) -> Run:
         """`run` from synchronous code (starts an event loop)."""
         return asyncio.run(self.run(question, **kwargs))
@@ -417,11 +500,19 @@ class PlanExecuteAgent:
 
     # ------------------------------------------------------------------ the loop
 
-    async def _drive(self, ctx: _RunCtx, given: Plan | None, given_text: str) -> Run:
+    async def _drive(
+        self,
+        ctx: _RunCtx,
+        given: Plan | None,
+        given_text: str,
+        *,
+        recorded: PlanAttempt | None = None,
+        prior: Mapping[int, StepResult] | None = None,
+    ) -> Run:
         run = ctx.run
         try:
             try:
-                await self._loop(ctx, given, given_text)
+                await self._loop(ctx, given, given_text, recorded=recorded, prior=prior)
             except _Stop as stop:
                 cancelled = stop.kind is ErrorKind.CANCELLED
                 run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
@@ -437,16 +528,38 @@ class PlanExecuteAgent:
         await self._finish(ctx)
         return run
 
-    async def _loop(self, ctx: _RunCtx, given: Plan | None, given_text: str) -> None:
+    async def _loop(
+        self,
+        ctx: _RunCtx,
+        given: Plan | None,
+        given_text: str,
+        *,
+        recorded: PlanAttempt | None = None,
+        prior: Mapping[int, StepResult] | None = None,
+    ) -> None:
+        """Plan, execute, recover and re-plan until the run concludes or stops.
+
+        Args:
+            ctx: The run.
+            given: A plan to run first instead of asking the planner (`execute_plan`).
+            given_text: Its text.
+            recorded: A plan attempt already in ``ctx.run.attempts`` whose `PlanCreated`
+                is already recorded (a resumed run): it runs first, with no new version
+                and no new event.
+            prior: Results the first plan reuses: succeeded steps are not run again.
+        """
         run = ctx.run
-        version = 0
         replan: ReplanContext | None = None
+        first = True
         while True:
-            version += 1
-            prior: dict[int, StepResult] = {}
-            if given is not None and version == 1:
-                plan: Plan | None = given
-                text, error = given_text, None
+            attempt = recorded if first else None
+            known: Mapping[int, StepResult] = (prior or {}) if first else {}
+            error: str | None = None
+            if attempt is not None:
+                plan: Plan | None = attempt.plan
+                text = attempt.text
+            elif first and given is not None:
+                plan, text = given, given_text
             else:
                 assert self.planner is not None
                 try:
@@ -468,15 +581,24 @@ class PlanExecuteAgent:
                         else ErrorKind.MODEL_ERROR
                     )
                     raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
-                plan, text, prior, error = outcome.plan, outcome.text, outcome.prior, outcome.error
-            attempt = PlanAttempt(version, plan, text, reason=replan.reason if replan else None)
-            run.attempts.append(attempt)
-            ctx.current = attempt
-            await ctx.bus.emit(
-                PlanCreated(
-                    run_id=run.run_id, version=version, plan=plan, text=text, reason=attempt.reason
+                plan, text, known, error = outcome.plan, outcome.text, outcome.prior, outcome.error
+            if attempt is None:
+                attempt = PlanAttempt(
+                    _next_version(run), plan, text, reason=replan.reason if replan else None
                 )
-            )
+                run.attempts.append(attempt)
+                await ctx.bus.emit(
+                    PlanCreated(
+                        run_id=run.run_id,
+                        version=attempt.version,
+                        plan=plan,
+                        text=text,
+                        reason=attempt.reason,
+                    )
+                )
+            first = False
+            version = attempt.version
+            ctx.current = attempt
             try:
                 if plan is None:
                     failure = Failure(
@@ -498,10 +620,10 @@ class PlanExecuteAgent:
                             args=problem.fields,
                             plan_version=version,
                         )
-                        await self._decide_round(ctx, [failure], plan, prior, text)
+                        await self._decide_round(ctx, [failure], plan, known, text)
                         raise AssertionError("unreachable")  # pragma: no cover
                     to_run = without_output_step(plan)  # instantiated in _typed_output
-                latest = await self._execute(ctx, to_run, prior, attempt)
+                latest = await self._execute(ctx, to_run, known, attempt)
                 if ctx.run.status is RunStatus.CANCELLED:
                     return
                 await self._conclude(ctx, plan, latest, text)
@@ -624,7 +746,7 @@ class PlanExecuteAgent:
                     failed.append(r)
         return ReplanContext(
             reason=why or (lesson or "re-plan"),
-            version=len(run.attempts) + 1,
+            version=_next_version(run),
             previous_plan=plan,
             previous_text=text,
             kept=kept,
@@ -653,7 +775,7 @@ class PlanExecuteAgent:
         failure = Failure(
             ErrorKind.EVALUATION_FAILED,
             f"evaluator: {verdict.status}: {verdict.evaluation}",
-            plan_version=len(run.attempts),
+            plan_version=ctx.current.version if ctx.current else len(run.attempts),
         )
         decision = self.policy.decide(failure, ctx.state, can_replan=self.planner is not None)
         await ctx.bus.emit(

@@ -617,9 +617,7 @@ class Executor:
             }.get(ctx.phase, (ErrorKind.TOOL_TIMEOUT, f"while calling tool {step.tool!r}"))
             limit = self.config.step_timeout
             why = f"step timeout of {limit}s exceeded" if limit is not None else "timed out"
-            result = self._result(
-                ctx, StepStatus.FAILED, kind, f"step {step.id}: {why} {what}"
-            )
+            result = self._result(ctx, StepStatus.FAILED, kind, f"step {step.id}: {why} {what}")
         except CircuitOpenError as exc:  # e.g. the resolver's model breaker
             result = self._result(
                 ctx, StepStatus.FAILED, ErrorKind.CIRCUIT_OPEN, f"step {step.id}: {exc}"
@@ -729,9 +727,7 @@ class Executor:
         )
         ctx.llm_calls += resolved.llm_calls
         if isinstance(resolved, ResolutionFailure):
-            raise _StepFailed(
-                StepStatus.FAILED, resolved.kind, _named(step.id, resolved.message)
-            )
+            raise _StepFailed(StepStatus.FAILED, resolved.kind, _named(step.id, resolved.message))
         ctx.resolution = dict(resolved.methods)
         args = dict(resolved.args)
         ctx.phase = "calling"
@@ -778,8 +774,7 @@ class Executor:
             raise _StepFailed(
                 StepStatus.FAILED,
                 ErrorKind.UNKNOWN_TOOL,
-                f"step {step.id}: unknown tool {step.tool!r}{where}{hint} "
-                f"The tool was not called.",
+                f"step {step.id}: unknown tool {step.tool!r}{where}{hint} The tool was not called.",
             )
         return spec
 
@@ -883,7 +878,6 @@ class Executor:
 
         def shown() -> str:
             return _short(args)
-
 
         async def attempt() -> tuple[Any, Any]:
             nonlocal empties

@@ -624,7 +624,9 @@ async def resolve_output(
 
     if isinstance(resolved, ResolutionFailure):
         if resolved.kind in (ErrorKind.ARGS_INVALID, ErrorKind.RESOLUTION_FAILED):
-            detail = resolved.message.removeprefix(f"{where}: ")
+            detail = resolved.message.removeprefix(f"{where}: ").removeprefix(
+                "the arguments do not fit the tool's schema: "
+            )
             message = f"{where}: the final mapping does not validate into {model}: {detail}"
             fields = _invalid_fields(resolved.message, resolved.arg, names)
             return failed(ErrorKind.OUTPUT_INVALID, message, fields, llm_calls=resolved.llm_calls)

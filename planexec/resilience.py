@@ -477,9 +477,7 @@ class ResilientModelClient(ModelClient):
         async def attempt() -> str:
             self.breaker.before_call()
             try:
-                text = await ModelClient.complete(
-                    self, messages, purpose=purpose, step_id=step_id
-                )
+                text = await ModelClient.complete(self, messages, purpose=purpose, step_id=step_id)
             except asyncio.CancelledError:
                 self.breaker.release()
                 raise

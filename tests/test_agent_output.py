@@ -251,11 +251,13 @@ async def test_an_output_that_stays_invalid_replans_keeping_the_succeeded_steps(
     bad_unit = plan(SITES, ASSETS, PICK, final(unit='"kelvin"'))
     fixed = step(5, OUTPUT_TOOL, '{"site": "<step_1[0]>", "asset_id": "<step_3.asset.id>"}',
                  "#S1, #S3")
-    script = Script([bad_unit, fixed], resolve=['{"unit": "K"}'])
+    # the fallback's own retry gets an unusable value twice: same field again → re-plan
+    script = Script([bad_unit, fixed], resolve=['{"unit": "K"}', '{"unit": "K"}'])
     run, events = await run_agent(script, t, output_type=Attention)
     assert decisions(events) == [("OUTPUT_INVALID", "RERESOLVE"), ("OUTPUT_INVALID", "REPLAN")]
     assert run.status is RunStatus.SUCCEEDED and run.output.unit == "C"
     assert calls(t["pick"]) == 1  # kept: an invalid mapping says nothing against the data
+    assert len(script.prompts["resolve"]) == 2
     assert "<step_3> (pick" in script.prompts["plan"][1]
 
 
@@ -354,3 +356,29 @@ async def test_the_blame_follows_two_levels_of_references_to_the_producing_step(
         "field 'asset_id' ← step 4 (final_answer) arg 'asset_id' = <step_3.asset.id> ← step 3 "
         "(pick) arg 'asset' = <step_2[1]> ← step 2 (assets): produced the value"
     ) in (final_result.error or "")
+
+
+# ------------------------------------------------------------------ the demo
+
+
+async def test_the_typed_demo_question_is_answered_as_its_model_from_recorded_replies() -> None:
+    import json
+
+    from planexec._loading import load_object
+    from planexec.examples import example_path
+    from planexec.examples.models import SensorWeek
+    from planexec.examples.questions import TYPED_DEMO_QUESTIONS
+    from planexec.examples.tools import demo_tools
+    from planexec.testing import ScriptedChatModel
+
+    (q,) = TYPED_DEMO_QUESTIONS
+    replies = json.loads(example_path(q["replies"]).read_text(encoding="utf-8"))
+    model = ScriptedChatModel(replies=replies)
+    agent = PlanExecuteAgent(model, demo_tools(), output_type=load_object(q["output_type"]))
+    run = await agent.run(q["question"], expected=q["expected"])
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    assert isinstance(run.output, SensorWeek)
+    assert run.output.asset_name == "Chiller 6" and run.output.mean_value == 44.08
+    assert run.answer == replies[-1]
+    assert len(model.requests) == len(replies)
+    assert run.usage.llm_calls == {"plan": 1, "resolve": 1, "answer": 1}

@@ -47,8 +47,12 @@ def mk(
     step = Step(id=sid, tool=tool, args=parsed, explicit_deps=tuple(sorted(deps)), **kw)
     depends = sorted(set(deps) | {r.step for r in step.refs})
     return Step(
-        id=sid, tool=tool, args=parsed, explicit_deps=tuple(sorted(deps)),
-        depends_on=tuple(depends), **kw,
+        id=sid,
+        tool=tool,
+        args=parsed,
+        explicit_deps=tuple(sorted(deps)),
+        depends_on=tuple(depends),
+        **kw,
     )
 
 
@@ -63,8 +67,12 @@ class Harness:
         self.usage = Usage()
         config = kwargs.pop("config", None) or ExecutorConfig(tool_retry=FAST)
         self.executor = Executor(
-            ToolCatalog(tools), config=config, bus=self.bus, usage=self.usage,
-            run_id="run-1", **kwargs,
+            ToolCatalog(tools),
+            config=config,
+            bus=self.bus,
+            usage=self.usage,
+            run_id="run-1",
+            **kwargs,
         )
 
     async def run(self, *steps: Step, **kwargs: Any) -> dict[int, StepResult]:
@@ -111,7 +119,9 @@ async def test_independent_steps_run_at_once_and_a_dependent_waits_for_all_of_th
     join = fake_tool("join", function=join_fn, args={"a": str, "b": str, "c": str})
     h = Harness([make("a"), make("b"), make("c"), join])
     res = await h.run(
-        mk(1, "a"), mk(2, "b"), mk(3, "c"),
+        mk(1, "a"),
+        mk(2, "b"),
+        mk(3, "c"),
         mk(4, "join", {"a": "<step_1.name>", "b": "<step_2.name>", "c": "<step_3.name>"}),
     )
     assert all(r.ok for r in res.values())
@@ -147,8 +157,9 @@ async def test_step_finished_is_handled_by_subscribers_before_a_dependent_step_s
             log.append(f"stored {event.result.step_id}")
 
     first = fake_tool("first", {"v": 1})
-    second = fake_tool("second", function=lambda v: log.append("called second") or "ok",
-                       args={"v": int})
+    second = fake_tool(
+        "second", function=lambda v: log.append("called second") or "ok", args={"v": int}
+    )
     h = Harness([first, second])
     h.bus.subscribe(slow_store)
     await h.run(mk(1, "first"), mk(2, "second", {"v": "<step_1.v>"}))
@@ -177,24 +188,37 @@ async def test_a_dependency_cycle_fails_its_steps_instead_of_hanging() -> None:
 
 
 async def test_a_succeeded_step_fills_every_result_field() -> None:
-    sites = fake_tool("sites", json.dumps({"sites": [{"name": "MAIN", "id": 7}]}),
-                      hints=SAFE)
-    assets = fake_tool("assets", function=lambda site, site_id, label: {"assets": ["CH-6"]},
-                       args={"site": dict, "site_id": int, "label": str})
+    sites = fake_tool("sites", json.dumps({"sites": [{"name": "MAIN", "id": 7}]}), hints=SAFE)
+    assets = fake_tool(
+        "assets",
+        function=lambda site, site_id, label: {"assets": ["CH-6"]},
+        args={"site": dict, "site_id": int, "label": str},
+    )
     h = Harness([sites, assets])
     res = await h.run(
         mk(1, "sites"),
-        mk(2, "assets", {"site": "<step_1.sites[0]>", "site_id": "{step_1.sites[0].id}",
-                         "label": "site <step_1.sites[0].name>!"}),
+        mk(
+            2,
+            "assets",
+            {
+                "site": "<step_1.sites[0]>",
+                "site_id": "{step_1.sites[0].id}",
+                "label": "site <step_1.sites[0].name>!",
+            },
+        ),
     )
     one, two = res[1], res[2]
     assert one.output == {"sites": [{"name": "MAIN", "id": 7}]}
     assert isinstance(one.raw_output, str) and json.loads(one.raw_output) == one.output
-    assert calls(assets) == [{"site": {"name": "MAIN", "id": 7}, "site_id": 7,
-                              "label": "site MAIN!"}]
+    assert calls(assets) == [
+        {"site": {"name": "MAIN", "id": 7}, "site_id": 7, "label": "site MAIN!"}
+    ]
     assert two.args == {"site": {"name": "MAIN", "id": 7}, "site_id": 7, "label": "site MAIN!"}
-    assert two.resolution == {"site": ResolutionMethod.PATH, "site_id": ResolutionMethod.PATH,
-                              "label": ResolutionMethod.INTERPOLATED}
+    assert two.resolution == {
+        "site": ResolutionMethod.PATH,
+        "site_id": ResolutionMethod.PATH,
+        "label": ResolutionMethod.INTERPOLATED,
+    }
     assert two.status is StepStatus.SUCCEEDED and two.error is None and two.error_kind is None
     assert two.attempts == 1 and two.llm_calls == 0 and two.tool == "assets"
     assert two.started_at is not None and two.duration is not None and two.duration >= 0
@@ -205,7 +229,7 @@ async def test_a_succeeded_step_fills_every_result_field() -> None:
 async def test_results_come_back_in_completion_order_for_a_parsed_plan() -> None:
     text = (
         "#Step1: list sites\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n\n"
-        "#Step2: assets\n#Tool2: assets\n#Args2: {\"site\": \"{step_1[0]}\"}\n"
+        '#Step2: assets\n#Tool2: assets\n#Args2: {"site": "{step_1[0]}"}\n'
         "#Dependency2: #S1\n"
     )
     assets = fake_tool("assets", ["CH-6"], args={"site": str})
@@ -238,9 +262,9 @@ async def test_feedback_for_a_step_reaches_the_resolver() -> None:
     seen: dict[int, str | None] = {}
 
     class Recording(ArgResolver):
-        async def resolve(self, step: Step, spec: ToolSpec | None,
-                          results: Mapping[int, StepResult], **kw: Any
-                          ) -> ResolvedArgs | ResolutionFailure:
+        async def resolve(
+            self, step: Step, spec: ToolSpec | None, results: Mapping[int, StepResult], **kw: Any
+        ) -> ResolvedArgs | ResolutionFailure:
             seen[step.id] = kw.get("feedback")
             return await super().resolve(step, spec, results, **kw)
 
@@ -293,10 +317,17 @@ async def test_a_step_referring_to_a_failed_step_is_blocked_naming_argument_and_
         mk(3, "report", {"assets": "<step_2>"}),
     )
     assert_failed(res[1], ErrorKind.TOOL_ERROR, "database is down")
-    assert_failed(res[2], ErrorKind.UPSTREAM_FAILED, "'site'", "step 1", "database is down",
-                  status=StepStatus.BLOCKED)
-    assert_failed(res[3], ErrorKind.UPSTREAM_FAILED, "'assets'", "step 2",
-                  status=StepStatus.BLOCKED)
+    assert_failed(
+        res[2],
+        ErrorKind.UPSTREAM_FAILED,
+        "'site'",
+        "step 1",
+        "database is down",
+        status=StepStatus.BLOCKED,
+    )
+    assert_failed(
+        res[3], ErrorKind.UPSTREAM_FAILED, "'assets'", "step 2", status=StepStatus.BLOCKED
+    )
     assert calls(assets) == [] and calls(report) == []
     assert res[2].args is None and res[2].attempts == 0
 
@@ -305,8 +336,9 @@ async def test_an_explicit_only_dependency_that_failed_blocks_too() -> None:
     after = fake_tool("after", "ok")
     h = Harness([fake_tool("before", error="boom"), after])
     res = await h.run(mk(1, "before"), mk(2, "after", deps=(1,)))
-    assert_failed(res[2], ErrorKind.UPSTREAM_FAILED, "depends on step 1", "boom",
-                  status=StepStatus.BLOCKED)
+    assert_failed(
+        res[2], ErrorKind.UPSTREAM_FAILED, "depends on step 1", "boom", status=StepStatus.BLOCKED
+    )
     assert calls(after) == []
 
 
@@ -333,9 +365,9 @@ class LeakyResolver(ArgResolver):
         super().__init__()
         self.leak = leak
 
-    async def resolve(self, step: Step, spec: ToolSpec | None,
-                      results: Mapping[int, StepResult], **kw: Any
-                      ) -> ResolvedArgs | ResolutionFailure:
+    async def resolve(
+        self, step: Step, spec: ToolSpec | None, results: Mapping[int, StepResult], **kw: Any
+    ) -> ResolvedArgs | ResolutionFailure:
         return ResolvedArgs(args={"site": self.leak}, methods={"site": ResolutionMethod.LLM})
 
 
@@ -412,8 +444,7 @@ async def test_an_mcp_style_is_error_result_is_a_tool_error() -> None:
 
 async def test_a_slow_tool_times_out_with_tool_timeout() -> None:
     tool = fake_tool("history", [1], latency=5, args={"asset": str})
-    h = Harness([tool], config=ExecutorConfig(tool_timeouts={"history": 0.05},
-                                              tool_retry=FAST))
+    h = Harness([tool], config=ExecutorConfig(tool_timeouts={"history": 0.05}, tool_retry=FAST))
     res = await h.run(mk(1, "history", {"asset": "CH-6"}))
     assert_failed(res[1], ErrorKind.TOOL_TIMEOUT, "'history'", "0.05", "CH-6")
 
@@ -483,8 +514,9 @@ async def test_a_tool_of_unknown_safety_is_never_retried() -> None:
 
 @pytest.mark.parametrize("retry_unsafe", [False, True])
 async def test_a_destructive_tool_is_never_retried(retry_unsafe: bool) -> None:
-    tool = fake_tool("delete_order", error="flaky", fail_times=1,
-                     hints={"idempotent": True, "destructive": True})
+    tool = fake_tool(
+        "delete_order", error="flaky", fail_times=1, hints={"idempotent": True, "destructive": True}
+    )
     h = Harness([tool], config=ExecutorConfig(tool_retry=FAST, retry_unsafe=retry_unsafe))
     res = await h.run(mk(1, "delete_order"))
     assert_failed(res[1], ErrorKind.TOOL_ERROR, "destructive")
@@ -545,8 +577,7 @@ async def test_a_reasoning_step_without_a_model_is_skipped_never_echoing_its_exp
     assert expected not in json.dumps([r.to_dict() for r in res.values()])
     assert [e.code for e in h.of(FallbackUsed)] == ["REASONING_SKIPPED"]
     # a step relying on it never receives the expected output as a value
-    assert_failed(res[3], ErrorKind.UPSTREAM_FAILED, "'v'", "step 2",
-                  status=StepStatus.BLOCKED)
+    assert_failed(res[3], ErrorKind.UPSTREAM_FAILED, "'v'", "step 2", status=StepStatus.BLOCKED)
     assert calls(use) == []
 
 
@@ -590,10 +621,16 @@ async def test_succeeded_prior_steps_are_reused_and_visible_to_references() -> N
     assets = fake_tool("assets", ["CH-6"], args={"site": str, "region": str})
     prior = {
         1: StepResult(step_id=1, tool="sites", status=StepStatus.SUCCEEDED, output=["MAIN"]),
-        7: StepResult(step_id=7, tool="regions", status=StepStatus.SUCCEEDED,
-                      output={"region": "EU"}),
-        2: StepResult(step_id=2, tool="assets", status=StepStatus.FAILED,
-                      error="step 2: boom", error_kind=ErrorKind.TOOL_ERROR),
+        7: StepResult(
+            step_id=7, tool="regions", status=StepStatus.SUCCEEDED, output={"region": "EU"}
+        ),
+        2: StepResult(
+            step_id=2,
+            tool="assets",
+            status=StepStatus.FAILED,
+            error="step 2: boom",
+            error_kind=ErrorKind.TOOL_ERROR,
+        ),
     }
     h = Harness([sites, assets])
     res = await h.run(
@@ -630,9 +667,7 @@ async def test_cancel_marks_running_and_waiting_steps_cancelled_and_returns() ->
             asyncio.get_running_loop().call_soon(h.executor.cancel)
 
     h.bus.subscribe(cancel_on_call)
-    res = await asyncio.wait_for(
-        h.run(mk(1, "quick"), mk(2, "slow"), mk(3, "after", deps=(2,))), 2
-    )
+    res = await asyncio.wait_for(h.run(mk(1, "quick"), mk(2, "slow"), mk(3, "after", deps=(2,))), 2)
     assert res[1].ok
     assert_failed(res[2], ErrorKind.CANCELLED, "cancelled", status=StepStatus.CANCELLED)
     assert_failed(res[3], ErrorKind.CANCELLED, "before it started", status=StepStatus.CANCELLED)
@@ -694,20 +729,25 @@ def follow(value: Any, path: tuple[Any, ...]) -> Any:
 
 
 @st.composite
-def random_plans(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                            list[list[tuple[tuple[Any, ...], Any]]]]:
+def random_plans(
+    draw: st.DrawFn,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[list[tuple[tuple[Any, ...], Any]]]]:
     """Outputs per step, plan args per step, and the whole-value refs expected per step."""
     n = draw(st.integers(1, 5))
     outputs = [draw(OUTPUTS) for _ in range(n)]
     plans: list[dict[str, Any]] = []
     expected: list[list[tuple[tuple[Any, ...], Any]]] = []
 
-    def arg_value(i: int, depth: int, where: tuple[Any, ...],
-                  found: list[tuple[tuple[Any, ...], Any]]) -> Any:
-        kind = draw(st.sampled_from(
-            ["literal", "whole", "embedded", "list", "dict"] if depth < 3
-            else ["literal", "whole", "embedded"]
-        ))
+    def arg_value(
+        i: int, depth: int, where: tuple[Any, ...], found: list[tuple[tuple[Any, ...], Any]]
+    ) -> Any:
+        kind = draw(
+            st.sampled_from(
+                ["literal", "whole", "embedded", "list", "dict"]
+                if depth < 3
+                else ["literal", "whole", "embedded"]
+            )
+        )
         if kind in ("whole", "embedded") and i > 0:
             j = draw(st.integers(0, i - 1))
             path = draw(st.sampled_from(paths_in(outputs[j])))
@@ -717,17 +757,22 @@ def random_plans(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, 
                 return ref
             return f"value {ref} here"
         if kind == "list":
-            return [arg_value(i, depth + 1, (*where, k), found)
-                    for k in range(draw(st.integers(1, 3)))]
+            return [
+                arg_value(i, depth + 1, (*where, k), found) for k in range(draw(st.integers(1, 3)))
+            ]
         if kind == "dict":
-            return {f"k{k}": arg_value(i, depth + 1, (*where, f"k{k}"), found)
-                    for k in range(draw(st.integers(1, 3)))}
+            return {
+                f"k{k}": arg_value(i, depth + 1, (*where, f"k{k}"), found)
+                for k in range(draw(st.integers(1, 3)))
+            }
         return draw(SCALARS)
 
     for i in range(n):
         found: list[tuple[tuple[Any, ...], Any]] = []
-        args = {name: arg_value(i, 0, (name,), found)
-                for name in draw(st.sets(st.sampled_from(["a", "b", "c"]), max_size=3))}
+        args = {
+            name: arg_value(i, 0, (name,), found)
+            for name in draw(st.sets(st.sampled_from(["a", "b", "c"]), max_size=3))
+        }
         plans.append(args)
         expected.append(found)
     return outputs, plans, expected
@@ -736,8 +781,9 @@ def random_plans(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_plans())
 def test_no_tool_is_ever_called_with_a_reference_and_whole_values_keep_their_type(
-    case: tuple[list[dict[str, Any]], list[dict[str, Any]],
-                list[list[tuple[tuple[Any, ...], Any]]]],
+    case: tuple[
+        list[dict[str, Any]], list[dict[str, Any]], list[list[tuple[tuple[Any, ...], Any]]]
+    ],
 ) -> None:
     outputs, plan_args, expected = case
     seen: list[dict[str, Any]] = []
@@ -748,8 +794,9 @@ def test_no_tool_is_ever_called_with_a_reference_and_whole_values_keep_their_typ
             assert not contains_placeholder(kw)
             return outputs[i]
 
-        return fake_tool(f"t{i + 1}", function=fn,
-                         args={"a": (Any, None), "b": (Any, None), "c": (Any, None)})
+        return fake_tool(
+            f"t{i + 1}", function=fn, args={"a": (Any, None), "b": (Any, None), "c": (Any, None)}
+        )
 
     tools = [make(i) for i in range(len(outputs))]
     steps = [mk(i + 1, f"t{i + 1}", plan_args[i]) for i in range(len(outputs))]
@@ -789,9 +836,9 @@ async def test_a_failing_event_subscriber_stops_the_run_with_its_error() -> None
 
 async def test_a_resolver_bug_fails_the_step_loudly_instead_of_ending_the_run() -> None:
     class Buggy(ArgResolver):
-        async def resolve(self, step: Step, spec: ToolSpec | None,
-                          results: Mapping[int, StepResult], **kw: Any
-                          ) -> ResolvedArgs | ResolutionFailure:
+        async def resolve(
+            self, step: Step, spec: ToolSpec | None, results: Mapping[int, StepResult], **kw: Any
+        ) -> ResolvedArgs | ResolutionFailure:
             raise KeyError("oops")
 
     tool = fake_tool("sites", ["MAIN"])

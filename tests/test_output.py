@@ -274,3 +274,13 @@ def test_an_embedded_reference_is_blamed_on_the_step_behind_it() -> None:
     blame = trace_field(plan_of(SITES, ASSETS, PICK, final), RESULTS, "asset_id")
     assert blame.step_id == 2 and blame.sources == (2,)
     assert "builds the text" in blame.reason
+
+
+def test_a_fallback_value_equal_to_the_references_value_is_traced_as_the_reference() -> None:
+    plan = plan_of(SITES, ASSETS, PICK, FINAL)
+    final = StepResult(
+        5, OUTPUT_TOOL, StepStatus.SUCCEEDED, args={"asset_id": "CH-6"},
+        resolution={"asset_id": ResolutionMethod.LLM},
+    )
+    blame = trace_field(plan, {**RESULTS, 5: final}, "asset_id", output_type=AssetReport)
+    assert blame.chain == (5, 4, 2) and blame.step_id == 2

@@ -257,9 +257,7 @@ async def test_an_open_model_breaker_fails_fast_without_calling_the_model() -> N
 async def test_the_timeout_is_enforced_per_attempt_and_then_raised() -> None:
     model = ScriptedChatModel(replies=["late"], repeat_last=True, delay=5)
     usage = Usage()
-    client = ResilientModelClient(
-        model, retry=RetryPolicy(2, 0, 0, 0), timeout=0.05, usage=usage
-    )
+    client = ResilientModelClient(model, retry=RetryPolicy(2, 0, 0, 0), timeout=0.05, usage=usage)
     with pytest.raises(ModelTimeoutError):
         await client.complete(MSGS, purpose="answer")
     assert usage.llm_calls == {"answer": 2}

@@ -4,6 +4,10 @@ Plans, executes, recovers and answers, showing progress on standard error as it 
 (plans, steps as they start and finish, recovery decisions). Standard output gets the
 answer, or the whole `Run` as JSON with ``--json``.
 
+The run is recorded in the run store (``--store PATH``, default ``$PLANEXEC_STORE`` or a
+file in the user data directory) unless ``--no-store`` is given; ``planexec runs`` reads
+it back (``planexec runs resume RUN_ID`` continues it if it was interrupted).
+
 Exit codes: 0 when the run succeeded, 1 when it failed, 130 when it was interrupted.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -19,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from planexec.agent import PlanExecuteAgent
+from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.config import AgentConfig, load_config
 from planexec.events import (
     Event,
@@ -65,6 +71,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--config", metavar="FILE", help="agent settings (.toml or .yaml)")
     p.add_argument("--json", action="store_true", help="print the whole run as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_store_arguments(p)
     p.set_defaults(func=ask_command)
 
 
@@ -108,7 +115,8 @@ def ask_command(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     console = Console(stderr=True, highlight=False)
     handlers = [] if args.quiet else [Progress(console)]
-    agent = PlanExecuteAgent(model, tools, config=config, event_handlers=handlers)
+    store = store_from_args(args)
+    agent = PlanExecuteAgent(model, tools, config=config, event_handlers=handlers, store=store)
     try:
         run = asyncio.run(agent.run(args.question))
     except KeyboardInterrupt:
@@ -116,7 +124,17 @@ def ask_command(args: argparse.Namespace) -> int:
             print(json.dumps(agent.last_run.to_dict(), indent=2))
         print("planexec: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if store is not None:
+            store.close()
     _print_run(run, as_json=args.json)
+    if store is not None and not args.quiet:
+        where = f" --store {shlex.quote(args.store)}" if args.store else ""
+        console.print(
+            f"recorded as run {run.run_id}: planexec runs show {run.run_id}{where}",
+            style="dim",
+            markup=False,
+        )
     if run.status is RunStatus.SUCCEEDED:
         return 0
     return 130 if run.status is RunStatus.CANCELLED else 1

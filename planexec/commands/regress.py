@@ -7,7 +7,6 @@ could not run, 2 on a usage error (no scenario selected, a path that does not ex
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.console import Console
@@ -67,19 +66,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=regress_command)
 
 
-def _quiet_logs(verbosity: int) -> str:
-    """Scenario runs log every recovery on purpose; show them only with -v."""
-    from loguru import logger
-
-    level = {0: "ERROR", 1: "WARNING", 2: "INFO"}.get(verbosity, "DEBUG")
-    logger.remove()
-    logger.add(
-        sys.stderr,
-        level=level,
-        format="<level>{level: <7}</level> run={extra[run_id]} step={extra[step_id]} | {message}",
-    )
-    logger.configure(extra={"run_id": "-", "step_id": "-"})
-    return level
+def _worker_log_level(verbosity: int) -> str:
+    """Scenario runs log every recovery on purpose: show them only with -v."""
+    return {0: "ERROR", 1: "WARNING", 2: "INFO"}.get(verbosity, "DEBUG")
 
 
 def regress_command(args: argparse.Namespace) -> int:
@@ -100,7 +89,8 @@ def regress_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         err.print("[red]--workers must be at least 1[/red]")
         return 2
-    level = _quiet_logs(getattr(args, "verbose", 0))
+    verbosity = getattr(args, "verbose", 0)
+    level = _worker_log_level(verbosity)
     baseline = load_report(args.baseline) if args.baseline else None
     progress = Progress(
         TextColumn("[bold]regress"),
@@ -126,6 +116,10 @@ def regress_command(args: argparse.Namespace) -> int:
         def suite(paths: Any, workers: int, **kw: Any) -> Any:
             return run_suite_on_ray(paths, address=args.ray or None, **kw)
 
+    from loguru import logger
+
+    if verbosity == 0:
+        logger.disable("planexec")  # the runs' recovery warnings are expected here
     try:
         with progress:
             report = suite(
@@ -141,6 +135,8 @@ def regress_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         err.print(f"[red]planexec regress: {exc}[/red]")
         return 2
+    finally:
+        logger.enable("planexec")
     if not report.results:
         err.print(f"[red]no scenarios selected[/red] (paths {args.paths}, filter {args.filter!r})")
         return 2

@@ -55,13 +55,9 @@ def register(subparsers: Any) -> None:
         help="model for the resolver's fallback and reasoning steps: replay:PATH or "
         "provider:model (e.g. openai:gpt-4o-mini)",
     )
-    p.add_argument(
-        "--dialect", default="auto", choices=("auto", *DIALECTS), help="plan dialect"
-    )
+    p.add_argument("--dialect", default="auto", choices=("auto", *DIALECTS), help="plan dialect")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument(
-        "--max-concurrency", type=int, default=8, metavar="N", help="steps run at once"
-    )
+    p.add_argument("--max-concurrency", type=int, default=8, metavar="N", help="steps run at once")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-step timeout")
     p.set_defaults(func=run_command)
 

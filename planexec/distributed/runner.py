@@ -40,6 +40,7 @@ from pydantic import BaseModel
 from planexec._log import logger
 from planexec.distributed._ray import ensure_ray, first_line, import_ray, worker_lost_errors
 from planexec.distributed.settings import RayOptions, RaySettings
+from planexec.errors import ToolLoadError
 from planexec.tools import ToolSpec, invoke_tool, load_tools, normalize_output
 
 __all__ = ["RayToolRunner", "WorkerLostError", "tool_options"]
@@ -217,7 +218,14 @@ class RayToolRunner:
             kept = self._tool_refs.get(id(tool))
             if kept is not None and kept[0] is tool:
                 return kept[1]
-        ref = ray.put(tool)
+        try:
+            ref = ray.put(tool)
+        except Exception as exc:  # noqa: BLE001 - whatever pickling raises
+            raise ToolLoadError(
+                f"tool {tool.name!r} cannot be sent to the Ray workers "
+                f"({type(exc).__name__}: {first_line(exc)}); load the tools inside the "
+                f"workers instead: executor.ray.tools = 'MODULE:ATTR' (RaySettings.tools)"
+            ) from exc
         with self._lock:
             self._tool_refs[id(tool)] = (tool, ref)
         return ref
@@ -250,6 +258,7 @@ class RayToolRunner:
 
         Raises:
             WorkerLostError: the worker or node running the task was lost.
+            ToolLoadError: the tool cannot be pickled (use ``RaySettings.tools``).
             Exception: what the tool raised, as itself.
         """
         ray = ensure_ray(self.settings.address, **self.init_kwargs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-__all__ = ["DEMO_QUESTIONS", "DemoQuestion"]
+__all__ = ["DEMO_QUESTIONS", "TYPED_DEMO_QUESTIONS", "DemoQuestion", "TypedDemoQuestion"]
 
 
 class DemoQuestion(TypedDict):
@@ -46,3 +46,34 @@ DEMO_QUESTIONS: list[DemoQuestion] = [
     },
 ]
 """The demo questions, the first being the README's."""
+
+
+class TypedDemoQuestion(TypedDict):
+    """A demo question answered as a typed model (``output_type``), with its replies."""
+
+    question: str
+    """The question asked."""
+    replies: str
+    """The recorded replies file, relative to the package (the plan is the first reply
+    and ends with a ``final_answer`` step)."""
+    output_type: str
+    """The pydantic model of the answer, as ``MODULE:ATTR``."""
+    expected: dict[str, object]
+    """Field values the typed answer must have (``run(..., expected=...)``)."""
+
+
+TYPED_DEMO_QUESTIONS: list[TypedDemoQuestion] = [
+    {
+        "question": "What did Chiller 6's supply temperature at site MAIN look like in the "
+        "first week of June 2025 (unit, number of readings, min, max and mean)?",
+        "replies": "replies/ask_typed_supply_temperature.json",
+        "output_type": "planexec.examples.models:SensorWeek",
+        "expected": {
+            "asset_id": "CWC04006",
+            "unit": "degF",
+            "readings": 168,
+            "max_value": 45.4,
+        },
+    },
+]
+"""Demo questions answered as typed models (see `planexec.output`)."""

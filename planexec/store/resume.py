@@ -22,18 +22,16 @@ to each step:
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planexec._log import run_log, step_log
-from planexec.errors import CircuitOpenError, ErrorKind, ModelError, RunError
+from planexec.errors import ErrorKind, RunError
 from planexec.events import (
+    Event,
     EventBus,
     FallbackUsed,
-    PlanCreated,
     RecoveryDecided,
     RunFinished,
     StepFinished,
@@ -48,6 +46,9 @@ from planexec.results import (
     Usage,
 )
 from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, pid_alive
+
+if TYPE_CHECKING:
+    from planexec.agent import PlanExecuteAgent
 
 __all__ = [
     "ResumePlan",
@@ -309,17 +310,17 @@ async def _stop_unknown(rp: ResumePlan, bus: EventBus) -> None:
     await bus.emit(RunFinished(run_id=rp.run_id, status=str(RunStatus.FAILED), error=rp.message))
 
 
-async def _announce(rp: ResumePlan, store: RunStore, bus: EventBus) -> None:
-    """Claim the run for this process and record what resuming will do."""
-    store.mark_status(rp.run_id, RunStatus.RUNNING)
+def _announcement(rp: ResumePlan) -> list[Event]:
+    """The events that say what resuming does: the ``resume`` decision, then each re-run."""
     reason = (
         f"resuming run {rp.run_id} at plan version {rp.plan_version}: "
         f"{len(rp.finished)} finished step(s) reused, {len(rp.rerun)} interrupted call(s) "
         f"re-run, {len(rp.pending)} step(s) to run"
     )
     run_log(rp.run_id).info(reason)
-    await bus.emit(RecoveryDecided(run_id=rp.run_id, error_kind=None, action="resume",
-                                   reason=reason))
+    events: list[Event] = [
+        RecoveryDecided(run_id=rp.run_id, error_kind=None, action="resume", reason=reason)
+    ]
     for sid in rp.rerun:
         tool = rp.tools.get(sid)
         msg = (
@@ -329,8 +330,16 @@ async def _announce(rp: ResumePlan, store: RunStore, bus: EventBus) -> None:
                else "calling it again because the tool is safe to repeat")
         )
         step_log(rp.run_id, sid).warning(msg)
-        await bus.emit(FallbackUsed(run_id=rp.run_id, step_id=sid, code="RESUME_RERUN",
-                                    message=msg))
+        events.append(FallbackUsed(run_id=rp.run_id, step_id=sid, code="RESUME_RERUN",
+                                   message=msg))
+    return events
+
+
+async def _announce(rp: ResumePlan, store: RunStore, bus: EventBus) -> None:
+    """Claim the run for this process and record what resuming will do."""
+    store.mark_status(rp.run_id, RunStatus.RUNNING)
+    for event in _announcement(rp):
+        await bus.emit(event)
 
 
 Execute = Callable[[Plan, Mapping[int, StepResult], int], Awaitable[list[StepResult]]]
@@ -395,7 +404,9 @@ def catalog_is_safe(catalog: Any) -> Callable[[str], bool]:
     return is_safe
 
 
-async def resume_run(agent: Any, store: RunStore, run_id: str, rerun_unsafe: bool = False) -> Run:
+async def resume_run(
+    agent: PlanExecuteAgent, store: RunStore, run_id: str, rerun_unsafe: bool = False
+) -> Run:
     """Resume ``run_id`` with a `PlanExecuteAgent` (its tools, model, config and policy).
 
     The latest plan continues with the agent's whole loop: failed steps get recovery
@@ -409,102 +420,36 @@ async def resume_run(agent: Any, store: RunStore, run_id: str, rerun_unsafe: boo
         RunError: the run is still running in a live process, or it has no plan and
             the agent has no model to plan with.
     """
-    from planexec.agent import _Replan, _Stop
-
     rp = plan_resume(store, run_id, is_safe=catalog_is_safe(agent.catalog),
                      rerun_unsafe=rerun_unsafe)
     if rp.complete:
         return run_from_store(store, run_id)
-    handlers = [] if getattr(agent, "store", None) is store else [store.handle]
+    handlers = [] if agent.store is store else [store.handle]
     if rp.plan is None or rp.plan_version is None:
-        if getattr(agent, "planner", None) is None:
+        if agent.planner is None:
             raise RunError(f"run {run_id} has no recorded plan and the agent has no model")
         run_log(run_id).warning("run {} was interrupted before it had a plan: planning again",
                                 run_id)
         store.mark_status(run_id, RunStatus.RUNNING)
         run: Run = await agent.run(rp.record.question, run_id=run_id, event_handlers=handlers)
-        return run
-    if not rp.can_continue:
+    elif not rp.can_continue:
         bus = EventBus()
         store.attach(bus)
         store.mark_status(run_id, RunStatus.RUNNING)
         await _stop_unknown(rp, bus)
         return run_from_store(store, run_id)
-
-    restored = run_from_store(store, run_id)
-    next_version = max([a.version for a in restored.attempts] + [rp.plan_version]) + 1
-    store.mark_status(run_id, RunStatus.RUNNING)
-    ctx = await agent._start(rp.record.question, run_id, None, handlers)
-    run = ctx.run
-    run.attempts = restored.attempts
-    ctx.state.replans = max(0, len([a for a in run.attempts if a.version > 1]))
-    await _announce(rp, store, ctx.bus)
-    attempt = next((a for a in run.attempts if a.version == rp.plan_version), None)
-    if attempt is None:  # pragma: no cover - plan_resume found it in the same record
-        attempt = PlanAttempt(rp.plan_version, rp.plan)
-        run.attempts.append(attempt)
-    prior = _prior_with_earlier_versions(store, run_id, rp)
-
-    async def loop() -> None:
-        plan: Plan | None = rp.plan
-        version: int = attempt.version
-        current = attempt
-        known: Mapping[int, StepResult] = prior
-        text = current.text
-        while True:
-            ctx.current = current
-            try:
-                if plan is None:
-                    from planexec.recovery import Failure
-
-                    failure = Failure(ErrorKind.PLAN_PARSE,
-                                      f"plan {version}: no usable plan", plan_version=version)
-                    await agent._decide_round(ctx, [failure], None, {}, text)
-                    raise AssertionError("unreachable")  # pragma: no cover
-                latest = await agent._execute(ctx, plan, known, current)
-                if run.status is RunStatus.CANCELLED:
-                    return
-                await agent._conclude(ctx, plan, latest, text)
-                return
-            except _Replan as r:
-                replan = r.ctx
-            version = max(version, next_version - 1) + 1
-            if replan.version != version:
-                replan = dataclasses.replace(replan, version=version)
-            try:
-                outcome = await agent.planner.plan(
-                    run.question, context=replan,
-                    output_schema=(
-                        ctx.output_type.model_json_schema() if ctx.output_type else None
-                    ),
-                    client=ctx.client, run_id=run.run_id, bus=ctx.bus,
-                    catalog=ctx.executor.catalog,
-                )
-            except (ModelError, CircuitOpenError) as exc:
-                kind = (ErrorKind.CIRCUIT_OPEN if isinstance(exc, CircuitOpenError)
-                        else ErrorKind.MODEL_ERROR)
-                raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
-            plan, text, known = outcome.plan, outcome.text, outcome.prior
-            current = PlanAttempt(version, plan, text, reason=replan.reason)
-            run.attempts.append(current)
-            await ctx.bus.emit(PlanCreated(run_id=run.run_id, version=version, plan=plan,
-                                           text=text, reason=replan.reason))
-
-    try:
-        try:
-            await loop()
-        except _Stop as stop:
-            cancelled = stop.kind is ErrorKind.CANCELLED
-            run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
-            run.error, run.error_kind = stop.message, stop.kind
-        if run.status is not RunStatus.CANCELLED and run.error_kind is not ErrorKind.MODEL_ERROR:
-            await agent._answer_if_missing(ctx)
-    except asyncio.CancelledError:
-        agent._mark_cancelled(ctx)
-        await agent._finish(ctx)
-        raise
-    await agent._finish(ctx)
-    if hasattr(store, "flush"):
+    else:
+        store.mark_status(run_id, RunStatus.RUNNING)
+        run = await agent.continue_plan(
+            rp.record.question,
+            run_from_store(store, run_id).attempts,
+            run_id=run_id,
+            version=rp.plan_version,
+            prior=_prior_with_earlier_versions(store, run_id, rp),
+            announce=_announcement(rp),
+            event_handlers=handlers,
+        )
+    if handlers:  # the agent flushes its own store; this one is only subscribed
         await store.flush()
     return run
 

@@ -113,9 +113,7 @@ def test_a_replay_model_fills_a_hinted_reference_and_is_counted(
     replies = EXAMPLES / "replies" / "hinted_ref.json"
     if not plan.exists() or not replies.exists():
         pytest.skip("demo plans are not available")
-    code = main(
-        ["run", str(plan), "--tools", DEMO_TOOLS, "--model", f"replay:{replies}", "--json"]
-    )
+    code = main(["run", str(plan), "--tools", DEMO_TOOLS, "--model", f"replay:{replies}", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     assert data["usage"]["llm_calls"] == {"resolve": 1}
@@ -123,14 +121,17 @@ def test_a_replay_model_fills_a_hinted_reference_and_is_counted(
 
 
 def test_a_model_spec_for_a_missing_package_is_an_error_naming_it(
-    tmp_path: Path, tools: str, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tools: str,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec",
+        importlib.util,
+        "find_spec",
         lambda name, *a: None if name == "langchain_groq" else real(name, *a),
     )
     code = main(["run", write_plan(tmp_path, PLAN), "--tools", tools, "--model", "groq:llama"])

@@ -212,6 +212,8 @@ async def test_tools_that_do_not_pickle_are_loaded_in_the_worker_by_factory_spec
     tools = h.unpicklable_tools()
     shipped, _ = await run_plan("ray", tools, mk(1, "locked", {"word": "hi"}))
     assert shipped[1].error_kind is ErrorKind.TOOL_ERROR  # a lock does not pickle
+    assert shipped[1].error is not None and "cannot be sent to the Ray workers" in shipped[1].error
+    assert "executor.ray.tools" in shipped[1].error
     runner = RayToolRunner(
         RaySettings(tools="ray_helpers:unpicklable_tools", default=RayOptions(num_cpus=0.5))
     )

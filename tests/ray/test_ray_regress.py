@@ -39,22 +39,31 @@ expect:
 FAILING = PASSING.replace("status: SUCCEEDED", "status: FAILED")
 
 
-def test_regress_with_ray_reports_the_same_results_as_a_local_run(
-    ray_session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_scenarios_on_ray_give_the_same_results_as_local_runs(
+    ray_session: Any, tmp_path: Path
 ) -> None:
+    from planexec.distributed.regress import run_suite_on_ray
+    from planexec.regress.runner import run_suite
+
     (tmp_path / "a_passes.scenario.yaml").write_text(PASSING, encoding="utf-8")
     (tmp_path / "b_fails.scenario.yaml").write_text(FAILING, encoding="utf-8")
-    reports = {}
-    for mode, extra in (("local", []), ("ray", ["--ray"])):
-        out = tmp_path / f"{mode}.json"
-        code = main(["regress", str(tmp_path), "--json", str(out), *extra])
-        assert code == 1  # one scenario fails its expectation, on both
-        reports[mode] = load_report(out)
-    capsys.readouterr()
+    seen: list[str] = []
+    on_ray = run_suite_on_ray([tmp_path], on_result=lambda r: seen.append(r.name))
+    local = run_suite([tmp_path])
 
     def statuses(report: Any) -> list[tuple[str, str]]:
         return [(r.name, r.status) for r in report.results]
 
-    assert statuses(reports["ray"]) == statuses(reports["local"]) == [
-        ("a_passes", "passed"), ("b_fails", "failed")
-    ]
+    assert statuses(on_ray) == statuses(local) == [("a_passes", "passed"), ("b_fails", "failed")]
+    assert sorted(seen) == ["a_passes", "b_fails"]
+    assert [r.failures for r in on_ray.results] == [r.failures for r in local.results]
+
+
+def test_planexec_regress_ray_runs_the_suite_on_ray(
+    ray_session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a_passes.scenario.yaml").write_text(PASSING, encoding="utf-8")
+    out = tmp_path / "report.json"
+    assert main(["regress", str(tmp_path), "--ray", "--json", str(out)]) == 0
+    assert [(r.name, r.status) for r in load_report(out).results] == [("a_passes", "passed")]
+    assert "1 passed" in capsys.readouterr().out

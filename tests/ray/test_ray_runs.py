@@ -90,7 +90,7 @@ async def test_a_run_whose_worker_dies_in_an_unsafe_call_is_failed_with_the_reas
 async def test_plain_jobs_run_with_their_own_run_ids_and_a_timeout(ray_session: Any) -> None:
     outcomes = await run_jobs(
         "ray_helpers:sleepy_job", [0.0, 30.0], names=["fast", "slow"],
-        run_ids=["j1", "j2"], timeout=3.0, options={"num_cpus": 0.5},
+        run_ids=["j1", "j2"], timeout=1.5, options={"num_cpus": 0.5},
     )
     fast, slow = outcomes
     assert fast.status == "SUCCEEDED" and fast.result == {"slept": 0.0, "run_id": "j1"}
