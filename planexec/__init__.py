@@ -3,8 +3,8 @@
 No argument is ever dropped, guessed or passed through silently.
 """
 
-from planexec.agent import PlanExecuteAgent
-from planexec.config import AgentConfig, load_config
+from typing import TYPE_CHECKING, Any
+
 from planexec.errors import (
     CassetteError,
     CassetteMissError,
@@ -21,24 +21,102 @@ from planexec.errors import (
     StoreError,
     ToolLoadError,
 )
-from planexec.evaluation import EvalStatus, Evaluator, FunctionEvaluator, LLMJudge, Verdict
-from planexec.events import Event, EventBus
-from planexec.executor import Executor, ExecutorConfig
-from planexec.models import load_model
-from planexec.parsing import check_plan, detect_dialect, parse_plan
-from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
-from planexec.recovery import Action, RecoveryPolicy
-from planexec.resolver import ArgResolver
-from planexec.results import (
-    PlanAttempt,
-    ResolutionMethod,
-    Run,
-    RunStatus,
-    StepResult,
-    StepStatus,
-    Usage,
+from planexec.plan import (
+    Diagnostic,
+    Plan,
+    Ref,
+    Severity,
+    Step,
+    Template,
 )
-from planexec.tools import ToolCatalog, ToolHints, ToolSpec, load_tools
+
+if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
+    from planexec.agent import (
+        PlanExecuteAgent,
+    )
+    from planexec.config import (
+        AgentConfig,
+        load_config,
+    )
+    from planexec.evaluation import (
+        EvalStatus,
+        Evaluator,
+        FunctionEvaluator,
+        LLMJudge,
+        Verdict,
+    )
+    from planexec.events import (
+        Event,
+        EventBus,
+    )
+    from planexec.executor import (
+        Executor,
+        ExecutorConfig,
+    )
+    from planexec.models import (
+        load_model,
+    )
+    from planexec.parsing import (
+        check_plan,
+        detect_dialect,
+        parse_plan,
+    )
+    from planexec.recovery import (
+        Action,
+        RecoveryPolicy,
+    )
+    from planexec.resolver import (
+        ArgResolver,
+    )
+    from planexec.results import (
+        PlanAttempt,
+        ResolutionMethod,
+        Run,
+        RunStatus,
+        StepResult,
+        StepStatus,
+        Usage,
+    )
+    from planexec.tools import (
+        ToolCatalog,
+        ToolHints,
+        ToolSpec,
+        load_tools,
+    )
+
+_LAZY: dict[str, str] = {
+    "Action": "planexec.recovery",
+    "AgentConfig": "planexec.config",
+    "ArgResolver": "planexec.resolver",
+    "EvalStatus": "planexec.evaluation",
+    "Evaluator": "planexec.evaluation",
+    "Event": "planexec.events",
+    "EventBus": "planexec.events",
+    "Executor": "planexec.executor",
+    "ExecutorConfig": "planexec.executor",
+    "FunctionEvaluator": "planexec.evaluation",
+    "LLMJudge": "planexec.evaluation",
+    "PlanAttempt": "planexec.results",
+    "PlanExecuteAgent": "planexec.agent",
+    "RecoveryPolicy": "planexec.recovery",
+    "ResolutionMethod": "planexec.results",
+    "Run": "planexec.results",
+    "RunStatus": "planexec.results",
+    "StepResult": "planexec.results",
+    "StepStatus": "planexec.results",
+    "ToolCatalog": "planexec.tools",
+    "ToolHints": "planexec.tools",
+    "ToolSpec": "planexec.tools",
+    "Usage": "planexec.results",
+    "Verdict": "planexec.evaluation",
+    "check_plan": "planexec.parsing",
+    "detect_dialect": "planexec.parsing",
+    "load_config": "planexec.config",
+    "load_model": "planexec.models",
+    "load_tools": "planexec.tools",
+    "parse_plan": "planexec.parsing",
+}
+"""Public names imported on first use, so `import planexec` stays light."""
 
 __version__ = "0.1.0"
 
@@ -95,3 +173,19 @@ __all__ = [
     "Verdict",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'planexec' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -3,6 +3,12 @@
 Exit codes: 0 when no step failed (a reasoning step skipped for want of a model is
 not a failure), 1 when some step failed, was blocked or was cancelled, 2 when there
 is no plan to run.
+
+The run is recorded in the run store (``--store PATH``, default ``$PLANEXEC_STORE`` or a
+file in the user data directory) unless ``--no-store`` is given: the plan, each step's
+result and the events, so ``planexec runs show RUN_ID`` shows it and ``planexec runs
+resume RUN_ID`` continues it if it was interrupted. The plan runs exactly as without a
+store (the executor alone: no recovery, no answer); the store only observes it.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import uuid
 from pathlib import Path
@@ -19,13 +26,16 @@ from rich.console import Console
 from rich.table import Table
 
 from planexec._models import ModelClient
+from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.errors import ConfigError, PlanParseError
+from planexec.events import EventBus, PlanCreated, RunFinished, RunStarted
 from planexec.executor import Executor, ExecutorConfig, ModelReasoner
 from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
 from planexec.resolver import ArgResolver
-from planexec.results import StepResult, StepStatus, Usage
+from planexec.results import RunStatus, StepResult, StepStatus, Usage
+from planexec.store import RunStore
 from planexec.tools import ToolCatalog, load_tools
 
 __all__ = ["register", "run_command"]
@@ -59,6 +69,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--max-concurrency", type=int, default=8, metavar="N", help="steps run at once")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-step timeout")
+    add_store_arguments(p)
     p.set_defaults(func=run_command)
 
 
@@ -71,16 +82,61 @@ def _read_plan(path: str) -> str:
         raise ConfigError(f"cannot read plan file {path!r}: {exc}") from exc
 
 
-def _exit_code(results: list[StepResult]) -> int:
+def _first_failure(results: list[StepResult]) -> StepResult | None:
     bad = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
-    return 1 if any(r.status in bad for r in results) else 0
+    return next((r for r in results if r.status in bad), None)
+
+
+def _exit_code(results: list[StepResult]) -> int:
+    return 1 if _first_failure(results) is not None else 0
+
+
+async def _execute(
+    executor: Executor,
+    plan: Plan,
+    text: str,
+    *,
+    bus: EventBus,
+    store: RunStore | None,
+    config: dict[str, Any],
+) -> list[StepResult]:
+    """Run the plan, announcing it as a run (so that ``store``, if any, records it)."""
+    run_id = executor.run_id
+    await bus.emit(RunStarted(run_id=run_id, question="", config=config))
+    await bus.emit(PlanCreated(run_id=run_id, version=1, plan=plan, text=text))
+    try:
+        try:
+            results = await executor.run(plan, plan_version=1)
+        except asyncio.CancelledError:
+            await bus.emit(
+                RunFinished(
+                    run_id=run_id,
+                    status=str(RunStatus.CANCELLED),
+                    error="the run was cancelled by the caller",
+                )
+            )
+            raise
+        failed = _first_failure(results)
+        if executor.cancelled:
+            status, error = RunStatus.CANCELLED, "the run was cancelled by the caller"
+        elif failed is not None:
+            status = RunStatus.FAILED
+            error = failed.error or f"step {failed.step_id} {failed.status.value}"
+        else:
+            status, error = RunStatus.SUCCEEDED, None
+        await bus.emit(RunFinished(run_id=run_id, status=str(status), error=error))
+        return results
+    finally:
+        if store is not None:
+            await store.flush()
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Handle ``planexec run``; returns the exit code."""
     catalog = ToolCatalog(load_tools(args.tools))
+    text = _read_plan(args.plan)
     try:
-        plan = parse_plan(_read_plan(args.plan), args.dialect)
+        plan = parse_plan(text, args.dialect)
     except PlanParseError as exc:
         if args.json:
             print(json.dumps({"steps": [], "error": str(exc), "diagnostics": []}))
@@ -97,21 +153,35 @@ def run_command(args: argparse.Namespace) -> int:
         raise
     model = load_model(args.model) if args.model else None
     usage = Usage()
+    bus = EventBus()
     executor = Executor(
         catalog,
         ArgResolver(model),
         config=config,
         reasoner=ModelReasoner(ModelClient(model)) if model is not None else None,
+        bus=bus,
         usage=usage,
         run_id=f"run-{uuid.uuid4().hex[:8]}",
     )
-    results = asyncio.run(executor.run(plan))
+    store = store_from_args(args)
+    if store is not None:
+        store.attach(bus)
+    # recorded so that `planexec runs resume` runs it again with the same settings
+    recorded = {"executor": {"max_concurrency": args.max_concurrency, "step_timeout": args.timeout}}
+    try:
+        results = asyncio.run(
+            _execute(executor, plan, text, bus=bus, store=store, config=recorded)
+        )
+    finally:
+        if store is not None:
+            store.close()
     order = {sid: i for i, sid in enumerate(plan.ids)}
     results.sort(key=lambda r: order.get(r.step_id, len(order)))
     if args.json:
         print(
             json.dumps(
                 {
+                    "run_id": executor.run_id,
                     "steps": [r.to_dict() for r in results],
                     "usage": usage.to_dict(),
                     "diagnostics": [d.to_dict() for d in plan.diagnostics],
@@ -122,6 +192,12 @@ def run_command(args: argparse.Namespace) -> int:
         )
     else:
         _print_table(plan, results, usage)
+    if store is not None:
+        where = f" --store {shlex.quote(args.store)}" if args.store else ""
+        print(
+            f"recorded as run {executor.run_id}: planexec runs show {executor.run_id}{where}",
+            file=sys.stderr,
+        )
     return _exit_code(results)
 
 
