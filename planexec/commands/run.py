@@ -169,9 +169,7 @@ def run_command(args: argparse.Namespace) -> int:
     # recorded so that `planexec runs resume` runs it again with the same settings
     recorded = {"executor": {"max_concurrency": args.max_concurrency, "step_timeout": args.timeout}}
     try:
-        results = asyncio.run(
-            _execute(executor, plan, text, bus=bus, store=store, config=recorded)
-        )
+        results = asyncio.run(_execute(executor, plan, text, bus=bus, store=store, config=recorded))
     finally:
         if store is not None:
             store.close()

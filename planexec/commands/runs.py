@@ -332,7 +332,7 @@ def _agent_config(record: RunRecord) -> Any:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Handle ``planexec runs resume``: 0 when the run succeeds, 1 when it does not."""
-    from planexec.store.resume import catalog_is_safe, plan_resume, resume_run
+    from planexec.store.resume import catalog_is_safe, plan_resume
     from planexec.tools import ToolCatalog, load_tools
 
     if not args.tools:
@@ -361,7 +361,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
         model = load_model(args.model) if args.model else None
         agent = PlanExecuteAgent(model, tools, config=_agent_config(decision.record), store=store)
-        run = asyncio.run(resume_run(agent, store, args.run_id, rerun_unsafe=args.rerun_unsafe))
+        run = asyncio.run(agent.resume(args.run_id, rerun_unsafe=args.rerun_unsafe))
     finally:
         store.close()
     print(f"run {run.run_id}: {run.status.value}")

@@ -6,9 +6,10 @@ import re
 from typing import Any
 
 from planexec._log import step_log
-from planexec.plan import Diagnostic, Ref, Severity, iter_refs
+from planexec.parsing.refs import parse_path, path_like_suffixes
+from planexec.plan import Diagnostic, Ref, Severity, format_path, iter_refs
 
-__all__ = ["Diagnostics", "describe_text", "normalize_tool", "snippet"]
+__all__ = ["Diagnostics", "describe_text", "normalize_tool", "ref_suffix_message", "snippet"]
 
 _TOOL_CALL_RE = re.compile(r"^([^()\s]+)\s*\((.*)\)$", re.S)
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
@@ -19,6 +20,28 @@ def snippet(text: str, width: int = 60) -> str:
     """Shorten ``text`` to one line of at most ``width`` characters."""
     one = " ".join(text.split())
     return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def ref_suffix_message(ref: Ref, suffix: str, step: int) -> str:
+    """The ``REF_SUFFIX_TEXT`` message for path-like text right after a reference.
+
+    Args:
+        ref: the reference (from `planexec.parsing.refs.path_like_suffixes`).
+        suffix: the path-like text that follows it.
+        step: the step whose arguments hold it.
+
+    Returns:
+        A message naming where it is, what the tool would get, and how to write the path.
+    """
+    path = parse_path(suffix) if ref.hint is None else None
+    fix = ""
+    if path:
+        fix = f"; to follow the path write <step_{ref.step}{format_path(ref.path + path)}>"
+    return (
+        f"{ref.location or 'the input'} of step {step}: {suffix!r} right after the "
+        f"reference {ref.raw!r} looks like a path but is outside it, so it is kept as "
+        f"literal text after the value of step {ref.step}{fix}"
+    )
 
 
 class Diagnostics:
@@ -56,6 +79,12 @@ class Diagnostics:
                     "LLM fallback can resolve it",
                     step,
                 )
+
+    def ref_suffixes(self, value: Any, *, line: int | None, step: int) -> None:
+        """Add a ``REF_SUFFIX_TEXT`` warning for path-like text right after a reference."""
+        for ref, suffix in path_like_suffixes(value):
+            self.add(line, Severity.WARNING, "REF_SUFFIX_TEXT",
+                     ref_suffix_message(ref, suffix, step), step)
 
     def sorted(self) -> tuple[Diagnostic, ...]:
         """The diagnostics in line order (stable)."""

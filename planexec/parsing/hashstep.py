@@ -39,7 +39,8 @@ from typing import Any
 from planexec._log import step_log
 from planexec.errors import PlanParseError
 from planexec.parsing.jsonrepair import repair_json
-from planexec.parsing.refs import contains_placeholder, find_refs
+from planexec.parsing._common import ref_suffix_message
+from planexec.parsing.refs import contains_placeholder, find_refs, path_like_suffixes
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
 
 __all__ = ["DRAFT_POLICIES", "parse_hashstep"]
@@ -713,6 +714,9 @@ def _parse_args(
                 "refuse to pass it to a tool",
                 sid,
             )
+    for ref, suffix in path_like_suffixes(args if not positional else positional[0]):
+        st.add(line, Severity.WARNING, "REF_SUFFIX_TEXT", ref_suffix_message(ref, suffix, sid),
+               sid)
     return args, positional, True, text
 
 

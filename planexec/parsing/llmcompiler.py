@@ -10,8 +10,11 @@ parentheses close)::
 
 ``ARG`` is a Python-like literal read by a small tokenizer, never evaluated: numbers,
 single- or double-quoted strings, ``True``/``False``/``None``, lists ``[...]``, tuples
-``(...)`` (read as lists), dicts ``{...}``, and the references ``$N`` / ``${N}``, also
-nested (``[$1, $2]``) or inside strings (``'hometown of $1'``, a `Template`).
+``(...)`` (read as lists), dicts ``{...}``, and the references ``$N`` / ``${N}`` with an
+optional path (``$1.asset_id``, ``${1}.items[0]``, ``$1["asset id"]``), quoted or not, also
+nested (``[$1, $2]``) or inside strings (``'hometown of $1.name'``, a `Template`).
+Path-like text after a reference that is not part of it (``$1[name]``) is kept as text and
+reported with ``REF_SUFFIX_TEXT``.
 
 Decisions:
 
@@ -34,7 +37,7 @@ from typing import Any
 from planexec.errors import PlanParseError
 from planexec.parsing._common import Diagnostics, describe_text, normalize_tool, snippet
 from planexec.parsing.jsonrepair import _Fail, _Reader
-from planexec.parsing.refs import find_refs
+from planexec.parsing.refs import find_refs, ref_at
 from planexec.plan import Plan, Severity, Step, iter_refs
 
 __all__ = ["parse_llmcompiler"]
@@ -72,13 +75,26 @@ def _call_end(text: str, start: int) -> int | None:
     return None
 
 
+class _CallReader(_Reader):
+    """`_Reader` that also takes an unquoted reference with a path (``$1.asset_id``)."""
+
+    def value(self) -> Any:
+        self._ws()
+        if not self._eof() and self.text[self.pos] == "$":
+            got = ref_at(self.text, self.pos, "llmcompiler")
+            if got is not None:
+                start, self.pos = self.pos, got[1]
+                return self.text[start : self.pos]
+        return super().value()
+
+
 def _read_args(text: str) -> tuple[list[Any], dict[str, Any], list[str], list[str]]:
     """Read call arguments: (positional, keyword, repairs, problems).
 
     Raises:
         _Fail: the arguments cannot be read.
     """
-    r = _Reader(text, python=True)
+    r = _CallReader(text, python=True)
     positional: list[Any] = []
     kwargs: dict[str, Any] = {}
     problems: list[str] = []
@@ -277,6 +293,8 @@ class _Parser:
         }
         self.diags.hinted_refs(list(pos_values), line=first, step=sid)
         self.diags.hinted_refs(args, line=first, step=sid)
+        self.diags.ref_suffixes(list(pos_values), line=first, step=sid)
+        self.diags.ref_suffixes(args, line=first, step=sid)
         deps = {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
         self.steps.append(
             Step(

@@ -5,12 +5,21 @@ Forms (``N`` is a step number, ``PATH`` an optional path)::
     <step_N PATH>          canonical, every dialect
     {step_N PATH}          every dialect
     {{step_N PATH}}        every dialect (spaces inside the braces are allowed)
-    #EN                    rewoo only
-    $N  ${N}               llmcompiler only
+    #EN PATH               rewoo only
+    $N PATH   ${N} PATH    llmcompiler only
 
 ``PATH`` is a sequence of ``.name`` (an identifier), ``[0]`` (an integer, may be
 negative), ``["key"]`` (a JSON string) or ``['key']``. Example: ``<step_2.items[0].id>``,
-``{step_5.fm_to_sensors["excess purge"]}``, ``{step_1[0]}``.
+``{step_5.fm_to_sensors["excess purge"]}``, ``{step_1[0]}``, ``#E1.assets[0].type``,
+``$1["asset id"]``. Inside ``<>``/``{}`` spaces may separate the elements; after the
+bare dialect forms the path must follow with no space, and a ``.`` starts an element only
+when an identifier follows it at once: ``given #E1.`` ends a sentence, ``#E1. The`` is
+prose, ``#E1.The`` is the path ``("The",)`` (keys may be capitalised; a wrong key fails
+loudly at run time, it is never guessed). ``$5.00`` is no reference.
+
+Text right after a reference that looks like a path but is not part of it
+(``{step_1}.name``, ``<step_2>[0]``, ``#E1[name]``) stays literal text; the parsers
+report it with ``REF_SUFFIX_TEXT`` (see `path_like_suffixes`).
 
 *Hinted* references are brace- or angle-wrapped texts the grammar cannot follow but that
 name a step: ``{step_1_selected_site}``, ``{asset_id_for_Chiller_6_from_step_2}``,
@@ -44,6 +53,8 @@ __all__ = [
     "iter_ref_spans",
     "parse_path",
     "parse_ref",
+    "path_like_suffixes",
+    "ref_at",
 ]
 
 DIALECTS = ("hashstep", "rewoo", "llmcompiler")
@@ -59,9 +70,18 @@ _STEP = r"[Ss][Tt][Ee][Pp]_(\d+)"
 _CANON_RE = re.compile(r"<\s*" + _STEP + r"(" + _PATH + r")\s*>")
 _DOUBLE_RE = re.compile(r"\{\{\s*" + _STEP + r"(" + _PATH + r")\s*\}\}")
 _SINGLE_RE = re.compile(r"\{\s*" + _STEP + r"(" + _PATH + r")\s*\}")
-_REWOO_RE = re.compile(r"#E(\d+)(?!\w)")
-_LLMC_BRACE_RE = re.compile(r"\$\{\s*(\d+)\s*\}")
-_LLMC_RE = re.compile(r"\$(\d+)(?![\w]|\.\d)")
+# After the bare dialect forms (#EN, $N, ${N}) the path follows with no space, so that
+# prose such as "given #E1. The" or "#E1 [note]" is not read as a path.
+_DIALECT_PATH = (
+    r"(?:\.[^\W\d]\w*"
+    r"|\[\s*-?\d+\s*\]"
+    r"|\[\s*\"(?:[^\"\\\n]|\\.)*\"\s*\]"
+    r"|\[\s*'(?:[^'\\\n]|\\.)*'\s*\])*"
+)
+_REWOO_RE = re.compile(r"#E(\d+)(?!\w)(" + _DIALECT_PATH + r")")
+_LLMC_BRACE_RE = re.compile(r"\$\{\s*(\d+)\s*\}(" + _DIALECT_PATH + r")")
+_LLMC_RE = re.compile(r"\$(\d+)(?![\w]|\.\d)(" + _DIALECT_PATH + r")")
+_SUFFIX_RE = re.compile(r"\.[^\W\d]\w*|\[[^\[\]\n]{0,100}\]")
 
 _HINT_DOUBLE_RE = re.compile(r"\{\{([^{}\n]{1,200})\}\}")
 _HINT_SINGLE_RE = re.compile(r"\{([^{}\n]{1,200})\}")
@@ -167,13 +187,29 @@ def _match_at(text: str, pos: int, dialect: str) -> tuple[Ref, int] | None:
     if c == "#" and dialect == "rewoo":
         m = _REWOO_RE.match(text, pos)
         if m is not None:
-            return Ref(step=int(m.group(1)), raw=m.group(0)), m.end()
+            return _plain(m, text), m.end()
         return None
     if c == "$" and dialect == "llmcompiler":
         m = _LLMC_BRACE_RE.match(text, pos) or _LLMC_RE.match(text, pos)
         if m is not None:
-            return Ref(step=int(m.group(1)), raw=m.group(0)), m.end()
+            return _plain(m, text), m.end()
     return None
+
+
+def ref_at(text: str, pos: int, dialect: str = "hashstep") -> tuple[Ref, int] | None:
+    """Read one reference starting exactly at ``text[pos]``, with its path.
+
+    Args:
+        text: any string.
+        pos: where the reference must start (``<``, ``{``, ``#`` or ``$``).
+        dialect: ``hashstep``, ``rewoo`` or ``llmcompiler``.
+
+    Returns:
+        ``(ref, end)`` with ``end`` just after the reference, or None.
+    """
+    if not 0 <= pos < len(text):
+        return None
+    return _match_at(text, pos, _check_dialect(dialect))
 
 
 def _plain(m: re.Match[str], text: str) -> Ref:
@@ -300,6 +336,40 @@ def find_refs(value: Any, *, dialect: str = "hashstep", location: str = "args") 
             for i, v in enumerate(value)
         )
     return value
+
+
+def path_like_suffixes(value: Any) -> list[tuple[Ref, str]]:
+    """Find text right after a reference that looks like a path but is not part of it.
+
+    ``"{step_1}.name"`` is the reference ``{step_1}`` followed by the literal text
+    ``.name``: the brace closed the reference, so the tool would get the whole result of
+    step 1 as text followed by ``.name``. Such text is kept as written (it may be real
+    text, e.g. ``report_{step_1}.csv``), never guessed into a path; the parsers report
+    each occurrence with ``REF_SUFFIX_TEXT``. Looks like a path: ``.`` followed at once by
+    an identifier, or a bracketed ``[...]`` (``<step_2>[0]``, ``#E1[name]``).
+
+    Args:
+        value: a value returned by `find_refs` (nested; `Template` parts are searched).
+
+    Returns:
+        ``(ref, suffix)`` for each reference followed by path-like text, in order.
+    """
+    out: list[tuple[Ref, str]] = []
+    if isinstance(value, Template):
+        parts = value.parts
+        for i, part in enumerate(parts[:-1]):
+            nxt = parts[i + 1]
+            if isinstance(part, Ref) and isinstance(nxt, str):
+                m = _SUFFIX_RE.match(nxt)
+                if m is not None:
+                    out.append((part, m.group(0)))
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            out.extend(path_like_suffixes(v))
+    elif isinstance(value, list | tuple):
+        for v in value:
+            out.extend(path_like_suffixes(v))
+    return out
 
 
 def _string_has_placeholder(text: str, dialect: str | None) -> bool:

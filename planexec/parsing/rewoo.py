@@ -8,9 +8,12 @@ Accepted variants, each reported by a Diagnostic (see ``docs/plan-language.md``)
   (``REWOO_PLAN_LABEL``, ``MARKDOWN_STRIPPED``, info);
 - quoted inputs ``Google["..."]`` / ``Google['...']`` (``REWOO_QUOTED_INPUT``, info): the
   quotes are removed;
-- ``#EN`` references anywhere in the input (``given #E1``, ``#E2 player hometown``):
-  an input that is exactly one reference is a whole-value `Ref`, otherwise a `Template`;
-  hinted references such as ``<Name from #E1>`` get ``REF_HINTED``;
+- ``#EN`` references anywhere in the input (``given #E1``, ``#E2 player hometown``),
+  with an optional path (``#E1.assets[0].type``, ``#E1["asset id"]``; ``given #E1.`` at
+  the end of a sentence has no path): an input that is exactly one reference is a
+  whole-value `Ref`, otherwise a `Template`; hinted references such as
+  ``<Name from #E1>`` get ``REF_HINTED``; path-like text after a reference that is not
+  part of it (``#E1[name]``) gets ``REF_SUFFIX_TEXT``;
 - prose before, between or after steps (``PROSE_IGNORED``, info), code fences
   (``CODE_FENCE``, info).
 
@@ -256,6 +259,7 @@ class _Parser:
                            f"#E{sid} = {m.group(2)}[] has an empty input", sid)
         value = find_refs(text_value, dialect="rewoo", location="positional[0]")
         self.diags.hinted_refs(value, line=first, step=sid)
+        self.diags.ref_suffixes(value, line=first, step=sid)
         deps = tuple(sorted({r.step for r in iter_refs(value)}))
         self.steps.append(
             Step(

@@ -13,6 +13,8 @@ from planexec.parsing.refs import (
     iter_ref_spans,
     parse_path,
     parse_ref,
+    path_like_suffixes,
+    ref_at,
 )
 from planexec.plan import Ref, Template, format_path, iter_refs, to_jsonable
 
@@ -100,6 +102,100 @@ def test_a_hash_e_reference_exists_only_in_the_rewoo_dialect() -> None:
     ref = parse_ref("#E1", "rewoo")
     assert ref is not None and ref.step == 1
     assert parse_ref("#E1x", "rewoo") is None
+
+
+# --- dialect references with paths -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect", "step", "path"),
+    [
+        ("#E1.assets[0].type", "rewoo", 1, ("assets", 0, "type")),
+        ('#E2["asset id"]', "rewoo", 2, ("asset id",)),
+        ("#E3[-1]", "rewoo", 3, (-1,)),
+        ("#E1.The", "rewoo", 1, ("The",)),
+        ("$1.asset_id", "llmcompiler", 1, ("asset_id",)),
+        ("${1}.asset_id", "llmcompiler", 1, ("asset_id",)),
+        ('$1["k"]', "llmcompiler", 1, ("k",)),
+        ("$1['k']", "llmcompiler", 1, ("k",)),
+        ("$1[0]", "llmcompiler", 1, (0,)),
+        ('${12}[ 0 ]["a b"].c', "llmcompiler", 12, (0, "a b", "c")),
+    ],
+)
+def test_dialect_references_take_the_same_path_grammar_as_step_references(
+    text: str, dialect: str, step: int, path: tuple[Any, ...]
+) -> None:
+    ref = parse_ref(text, dialect)
+    assert ref is not None
+    assert (ref.step, ref.path, ref.hint, ref.raw) == (step, path, None, text)
+    found = find_refs(text, dialect=dialect, location="positional[0]")
+    assert isinstance(found, Ref) and found.whole_value and found.path == path
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("given #E1.", "."),
+        ("given #E1. The end", ". The end"),
+        ("#E1 .name", " .name"),
+        ("#E1, then #E1's name", "'s name"),
+        ("#E1.\nname", ".\nname"),
+        ("#E1.5 points", ".5 points"),
+    ],
+)
+def test_a_sentence_ending_after_a_hash_e_reference_is_no_path(text: str, rest: str) -> None:
+    found = find_refs(text, dialect="rewoo")
+    assert isinstance(found, Template)
+    assert all(r.step == 1 and r.path == () for r in found.refs)
+    assert found.parts[-1] == rest
+    assert path_like_suffixes(found) == []
+
+
+def test_a_price_is_no_dollar_reference_and_dollar_is_no_reference_outside_llmcompiler() -> None:
+    assert find_refs("costs $5.00", dialect="llmcompiler") == "costs $5.00"
+    assert find_refs("$5.name") == "$5.name"
+    assert find_refs("$1.asset_id", dialect="rewoo") == "$1.asset_id"
+    assert find_refs("#E1.name", dialect="llmcompiler") == "#E1.name"
+
+
+def test_an_embedded_dialect_reference_keeps_its_path_and_the_text_after_it() -> None:
+    found = find_refs("hometown of $1.player.name.", dialect="llmcompiler")
+    assert isinstance(found, Template)
+    assert found.canonical == "hometown of <step_1.player.name>."
+
+
+def test_ref_at_reads_one_reference_with_its_path_at_a_position() -> None:
+    got = ref_at("f($1.a[0], 2)", 2, "llmcompiler")
+    assert got is not None and got[0].path == ("a", 0) and got[1] == 9
+    assert ref_at("$1", 5, "llmcompiler") is None
+    assert ref_at("x$1", 0, "llmcompiler") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect", "suffix"),
+    [
+        ("{step_1}.name", "hashstep", ".name"),
+        ("<step_2>[0]", "hashstep", "[0]"),
+        ("{{step_3}}.items", "hashstep", ".items"),
+        ("{step_1_site}.name", "hashstep", ".name"),
+        ("#E1[name] and more", "rewoo", "[name]"),
+        ("$1[name]", "llmcompiler", "[name]"),
+    ],
+)
+def test_path_like_text_right_after_a_reference_is_kept_as_text_and_found(
+    text: str, dialect: str, suffix: str
+) -> None:
+    found = find_refs({"a": [text]}, dialect=dialect)
+    tpl = found["a"][0]
+    assert isinstance(tpl, Template)
+    assert "".join(p if isinstance(p, str) else p.raw for p in tpl.parts) == text
+    [(ref, got)] = path_like_suffixes(found)
+    assert got == suffix and ref is tpl.parts[0]
+
+
+@pytest.mark.parametrize("text", ["{step_1}. Done", "<step_1> [x]", "{step_1}", "a {step_1}"])
+def test_text_after_a_reference_that_is_no_path_is_not_reported(text: str) -> None:
+    assert path_like_suffixes(find_refs(text)) == []
 
 
 def test_a_hinted_rewoo_reference_names_its_step_with_hash_e() -> None:
@@ -320,3 +416,49 @@ def test_find_refs_and_contains_placeholder_never_raise_on_any_string(
     contains_placeholder(found)
     contains_placeholder(text, dialect=dialect)
     parse_ref(text, dialect)
+
+
+# --- property: dialect references with paths round-trip ---------------------------------
+
+_DIALECT_FORMS = [("rewoo", "#E{}"), ("llmcompiler", "${}"), ("llmcompiler", "${{{}}}")]
+_PROSE = st.text(
+    alphabet=st.characters(blacklist_characters="<>{}$#", blacklist_categories=("Cs",)),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 9999),
+    _PATH,
+    st.sampled_from(_DIALECT_FORMS),
+    st.sampled_from(["whole", "embedded"]),
+    _PROSE,
+    _PROSE,
+)
+def test_dialect_references_with_any_path_round_trip(
+    step: int,
+    path_list: list[Any],
+    form: tuple[str, str],
+    kind: str,
+    pre: str,
+    post: str,
+) -> None:
+    dialect, pattern = form
+    path = tuple(path_list)
+    raw = pattern.format(step) + format_path(path)
+    canon = f"<step_{step}{format_path(path)}>"
+    ref = parse_ref(raw, dialect)
+    assert ref is not None
+    assert (ref.step, ref.path, ref.raw, ref.canonical) == (step, path, raw, canon)
+    if kind == "whole":
+        found = find_refs({"x": raw}, dialect=dialect)
+        assert isinstance(found["x"], Ref) and found["x"].whole_value
+        assert to_jsonable(found) == {"x": canon}
+        return
+    # prose around the reference, separated by a space so it cannot extend the path
+    text = f"{pre} {raw} {post}"
+    found = find_refs({"x": text}, dialect=dialect)
+    assert [(r.step, r.path, r.raw) for r in iter_refs(found)] == [(step, path, raw)]
+    assert to_jsonable(found) == {"x": f"{pre} {canon} {post}"}
+    assert path_like_suffixes(found) == []
