@@ -7,6 +7,7 @@ registers itself through a ``register(subparsers)`` function; ``main`` only wire
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -85,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("planexec: interrupted", file=sys.stderr)
         return 130
     finally:
-        logger.remove(sink)
+        with contextlib.suppress(ValueError):  # a command may have reset the sinks itself
+            logger.remove(sink)
     return int(code or 0)
 
 

@@ -700,14 +700,14 @@ KEYS = st.text(alphabet="abcdxyz", min_size=1, max_size=4)
 SCALARS = st.one_of(
     st.integers(-5, 1000), st.booleans(), st.text(alphabet="abc xyz", min_size=1, max_size=8)
 )
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
         st.lists(inner, min_size=1, max_size=3),
         st.dictionaries(KEYS, inner, min_size=1, max_size=3),
-    ),
-    max_leaves=8,
-)
+    )
+
+
+VALUES = st.recursive(SCALARS, _containers, max_leaves=8)
 OUTPUTS = st.dictionaries(KEYS, VALUES, min_size=1, max_size=3)
 
 

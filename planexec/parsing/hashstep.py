@@ -38,8 +38,8 @@ from typing import Any
 
 from planexec._log import step_log
 from planexec.errors import PlanParseError
-from planexec.parsing.jsonrepair import repair_json
 from planexec.parsing._common import ref_suffix_message
+from planexec.parsing.jsonrepair import repair_json
 from planexec.parsing.refs import contains_placeholder, find_refs, path_like_suffixes
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
 

@@ -468,3 +468,17 @@ def test_a_heading_right_after_a_field_is_prose_not_part_of_the_value() -> None:
     )
     assert [s.expected_output for s in plan.steps] == ["x", "y", None]
     assert [d.line for d in plan.diagnostics if d.code == "PROSE_IGNORED"] == [3, 6]
+
+
+def test_path_like_text_after_a_closed_reference_is_kept_as_text_with_a_warning() -> None:
+    plan = parse_hashstep(
+        "#Task1: a\n#Agent1: X\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
+        "#ExpectedOutput1: x\n"
+        '#Task2: b\n#Agent2: X\n#Tool2: assets\n#Args2: {"site_name": "{step_1}.name"}\n'
+        "#Dependency2: #S1\n#ExpectedOutput2: y\n"
+    )
+    value = plan.step(2).args["site_name"]
+    assert isinstance(value, Template) and value.canonical == "<step_1>.name"
+    [diag] = [d for d in plan.diagnostics if d.code == "REF_SUFFIX_TEXT"]
+    assert diag.severity is Severity.WARNING and diag.step == 2
+    assert "<step_1.name>" in diag.message

@@ -191,10 +191,15 @@ def test_repair_json_and_extract_never_raise(text: str) -> None:
     extract_json_object(text)
 
 
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.text(max_size=5)
+    return st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=4)
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=10),
-    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=4),
+    _containers,
     max_leaves=15,
 )
 

@@ -48,6 +48,39 @@ def test_braced_nested_and_embedded_dollar_references() -> None:
     assert step.args["q"].refs[0].location == "args.q"
 
 
+def test_dollar_references_take_paths_quoted_or_not() -> None:
+    plan = parse_llmcompiler(
+        "1. sites()\n"
+        '2. assets("$1.asset_id", $1.asset_id, ${1}.asset_id, $1["k"], $1[0], '
+        "ids=[$1.items[-1].id, 2], q='hometown of $1.name.', price='costs $5.00')\n"
+        "3. join()"
+    )
+    step = plan.step(2)
+    paths = [(r.step, r.path) for r in step.positional]
+    assert paths == [(1, ("asset_id",))] * 3 + [(1, ("k",)), (1, (0,))]
+    assert all(isinstance(r, Ref) and r.whole_value for r in step.positional)
+    assert step.positional[2].raw == "${1}.asset_id"
+    assert step.args["ids"][0].path == ("items", -1, "id")
+    assert step.args["q"].canonical == "hometown of <step_1.name>."
+    assert step.args["price"] == "costs $5.00"
+    assert not plan.has_errors
+    assert not {"REF_SUFFIX_TEXT", "ARGS_REPAIRED"} & _codes(plan)
+
+
+def test_bracketed_text_after_a_dollar_reference_is_kept_with_a_warning() -> None:
+    plan = parse_llmcompiler("1. a()\n2. b(key='$1[name]')\n3. join()")
+    tpl = plan.step(2).args["key"]
+    assert isinstance(tpl, Template) and tpl.canonical == "<step_1>[name]"
+    [diag] = [d for d in plan.diagnostics if d.code == "REF_SUFFIX_TEXT"]
+    assert diag.step == 2 and "args.key" in diag.message
+
+
+def test_an_unquoted_reference_followed_by_a_bare_bracket_is_a_syntax_error() -> None:
+    plan = parse_llmcompiler("1. a()\n2. b($1[name])\n3. join()")
+    assert not plan.step(2).args_valid
+    assert "ARGS_SYNTAX" in _codes(plan)
+
+
 def test_thoughts_become_the_task_of_the_next_step() -> None:
     plan = parse_llmcompiler("Thought: first find it.\n1. search('x')\n2. add($1, 2)\n3. join()")
     assert plan.step(1).task == "first find it."

@@ -375,14 +375,14 @@ def _pairs_dict(d: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
 
 
 _KEYS = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=6)
-_VALUES = st.recursive(
-    _leaf(),
-    lambda children: st.one_of(
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
         st.lists(children, max_size=4).map(_pairs_list),
         st.dictionaries(_KEYS, children, max_size=4).map(_pairs_dict),
-    ),
-    max_leaves=20,
-)
+    )
+
+
+_VALUES = st.recursive(_leaf(), _containers, max_leaves=20)
 
 
 def _at(value: Any, path: tuple[Any, ...]) -> Any:
@@ -460,5 +460,7 @@ def test_dialect_references_with_any_path_round_trip(
     text = f"{pre} {raw} {post}"
     found = find_refs({"x": text}, dialect=dialect)
     assert [(r.step, r.path, r.raw) for r in iter_refs(found)] == [(step, path, raw)]
-    assert to_jsonable(found) == {"x": f"{pre} {canon} {post}"}
+    whole = not (pre + post).strip()
+    assert to_jsonable(found) == {"x": canon if whole else f"{pre} {canon} {post}"}
+    assert next(iter_refs(found)).whole_value == whole
     assert path_like_suffixes(found) == []

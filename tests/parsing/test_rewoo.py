@@ -43,6 +43,45 @@ def test_an_input_that_is_exactly_one_reference_is_whole_value() -> None:
     assert isinstance(ref, Ref) and ref.whole_value and ref.location == "positional[0]"
 
 
+def test_a_reference_with_a_path_is_followed_into_the_result() -> None:
+    plan = parse_rewoo("Plan: a\n#E1 = Search[x]\nPlan: b\n#E2 = Lookup[#E1.assets[0].type]")
+    ref = plan.step(2).positional[0]
+    assert isinstance(ref, Ref) and ref.whole_value
+    assert (ref.step, ref.path, ref.raw) == (1, ("assets", 0, "type"), "#E1.assets[0].type")
+    assert plan.step(2).depends_on == (1,)
+    assert plan.diagnostics == ()
+
+
+def test_quoted_and_embedded_references_with_paths() -> None:
+    plan = parse_rewoo(
+        'Plan: a. #E1 = Search[x]\nPlan: b. #E2 = Lookup["#E1[\\"asset id\\"]"]\n'
+        "Plan: c. #E3 = LLM[Compare #E2.name with #E1[\"k\"][1].]"
+    )
+    whole = plan.step(2).positional[0]
+    assert isinstance(whole, Ref) and whole.path == ("asset id",)
+    tpl = plan.step(3).positional[0]
+    assert isinstance(tpl, Template)
+    assert tpl.canonical == "Compare <step_2.name> with <step_1.k[1]>."
+
+
+def test_a_reference_at_the_end_of_a_sentence_takes_no_period() -> None:
+    plan = parse_rewoo(
+        "Plan: a. #E1 = Search[x]\nPlan: b. #E2 = LLM[Who won, given #E1. The rest is prose.]"
+    )
+    tpl = plan.step(2).positional[0]
+    assert isinstance(tpl, Template)
+    assert tpl.canonical == "Who won, given <step_1>. The rest is prose."
+    assert "REF_SUFFIX_TEXT" not in _codes(plan)
+
+
+def test_bracketed_text_after_a_reference_that_is_no_path_is_kept_with_a_warning() -> None:
+    plan = parse_rewoo("Plan: a. #E1 = Search[x]\nPlan: b. #E2 = Lookup[#E1[name]]")
+    tpl = plan.step(2).positional[0]
+    assert isinstance(tpl, Template) and tpl.canonical == "<step_1>[name]"
+    [diag] = [d for d in plan.diagnostics if d.code == "REF_SUFFIX_TEXT"]
+    assert diag.step == 2 and "'[name]'" in diag.message
+
+
 def test_plan_and_step_on_one_line_with_numbered_labels() -> None:
     plan = parse_rewoo('Plan 1: find it. #E1 = Google["x y"]\nPlan 2: then. #E2 = Google[#E1 z]')
     assert [s.task for s in plan.steps] == ["find it.", "then."]
