@@ -587,6 +587,7 @@ class PlanExecuteAgent:
                     _next_version(run), plan, text, reason=replan.reason if replan else None
                 )
                 run.attempts.append(attempt)
+                ctx.current = attempt
                 await ctx.bus.emit(
                     PlanCreated(
                         run_id=run.run_id,

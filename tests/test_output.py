@@ -284,3 +284,71 @@ def test_a_fallback_value_equal_to_the_references_value_is_traced_as_the_referen
     )
     blame = trace_field(plan, {**RESULTS, 5: final}, "asset_id", output_type=AssetReport)
     assert blame.chain == (5, 4, 2) and blame.step_id == 2
+
+
+# ------------------------------------------------------------------ regression scenarios
+
+
+def typed_scenario(output: dict[str, Any], **extra: Any) -> Any:
+    import json
+
+    from planexec.examples import example_path
+    from planexec.regress.scenario import Scenario
+
+    replies = json.loads(
+        example_path("replies/ask_typed_supply_temperature.json").read_text(encoding="utf-8")
+    )
+    return Scenario.model_validate(
+        {
+            "name": "typed",
+            "question": "Chiller 6 supply temperature?",
+            "tools": {"module": "planexec.examples.tools:demo_tools"},
+            "output_type": "planexec.examples.models:SensorWeek",
+            "model": {"replies": replies},
+            "expect": {"output": output},
+            **extra,
+        }
+    )
+
+
+def test_a_scenario_gives_its_plain_expected_fields_to_the_run() -> None:
+    sc = typed_scenario({"unit": "degF", "readings": {"equals": 168}, "sensor": {"regex": "^S"}})
+    assert sc.expect.expected_output() == {"unit": "degF", "readings": 168}
+
+
+def test_a_scenario_expecting_an_output_needs_an_output_type() -> None:
+    from pydantic import ValidationError
+
+    from planexec.regress.scenario import Scenario
+
+    with pytest.raises(ValidationError, match="give 'output_type'"):
+        Scenario.model_validate(
+            {"question": "q", "model": {"replies": ["x"]}, "expect": {"output": {"a": 1}}}
+        )
+
+
+async def test_a_failing_output_field_names_the_blamed_step_in_the_scenario_failure() -> None:
+    from planexec.regress.runner import arun_scenario
+
+    result = await arun_scenario(
+        typed_scenario({"unit": "degF", "asset_id": {"regex": "^CWC0400[0-5]$"}})
+    )
+    assert result.status == "failed", result.error
+    (failure,) = result.failures
+    assert failure.where == "output.asset_id"
+    assert "blamed on step 2 (history)" in failure.message
+    assert "← step 3 (final_answer) arg 'asset_id' = <step_2.asset_id>" in failure.message
+
+
+async def test_a_scenario_whose_run_has_no_typed_output_says_why() -> None:
+    from planexec.regress.runner import arun_scenario
+
+    result = await arun_scenario(
+        typed_scenario({"unit": "degF"}, config={"recovery": {"max_replans": 0}},
+                       model={"replies": ["#Task1: x\n#Tool1: sites\n#Args1: {}\n"
+                                          "#Dependency1: None\n#ExpectedOutput1: y", "A."]})
+    )
+    assert result.status == "failed"
+    assert any(
+        f.where == "output" and "OUTPUT_MISSING_STEP" in f.message for f in result.failures
+    )

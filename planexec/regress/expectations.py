@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from planexec.events import Event, FallbackUsed, RecoveryDecided, ToolCallStarted
 from planexec.plan import Plan
 from planexec.regress.matchers import MISSING, check_value, short
@@ -73,6 +75,43 @@ def _fail(failures: list[ExpectationFailure], where: str, messages: Sequence[str
 def _check(failures: list[ExpectationFailure], where: str, expected: Value, actual: Any) -> None:
     if expected is not None:
         _fail(failures, where, check_value(expected, actual, where))
+
+
+def _blame_text(run: Run, name: str) -> str:
+    """Where the run's typed output field ``name`` came from, for a failure message."""
+    from planexec.output import output_step, trace_field
+
+    plan = run.plan
+    if plan is None or output_step(plan) is None:
+        return ""
+    results = {r.step_id: r for r in run.results}
+    output_type = type(run.output) if isinstance(run.output, BaseModel) else None
+    blame = trace_field(plan, results, name, output_type=output_type)
+    return f" — blamed on step {blame.step_id} ({blame.tool or 'reasoning'}): {blame.describe()}"
+
+
+def _check_output(
+    failures: list[ExpectationFailure], expected: Mapping[str, Value] | None, run: Run
+) -> None:
+    """The typed output, field by field; a failing field names the step it came from."""
+    if expected is None:
+        return
+    if run.output is None:
+        why = f"{run.error_kind}: {run.error}" if run.error else "no error recorded"
+        failures.append(
+            ExpectationFailure(
+                "output", f"expected a typed output, got none (run {run.status}; {why})"
+            )
+        )
+        return
+    data = jsonable(run.output)
+    for name, want in expected.items():
+        where = f"output.{name}"
+        actual = data.get(name, MISSING) if isinstance(data, Mapping) else MISSING
+        problems = check_value(want, actual, where)
+        if problems:
+            blame = _blame_text(run, name)
+            _fail(failures, where, [p + blame for p in problems])
 
 
 def _plan_of(run: Run, version: int | None) -> tuple[Plan | None, str]:
@@ -331,7 +370,7 @@ def check_run(expect: Expectations, run: Run, observed: Observer) -> list[Expect
                 )
             )
     _check(failures, "answer", expect.answer, run.answer)
-    _check(failures, "output", expect.output, run.output)
+    _check_output(failures, expect.output, run)
     total_llm = run.usage.total_llm_calls
     if expect.max_llm_calls is not None and total_llm > expect.max_llm_calls:
         failures.append(

@@ -31,7 +31,9 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
+from pydantic import BaseModel
 
+from planexec._loading import load_object
 from planexec.errors import CassetteError, ConfigError, PlanexecError
 from planexec.regress.cassette import CassetteChatModel
 from planexec.regress.expectations import Observer, check_run
@@ -216,14 +218,25 @@ def _run_id(name: str) -> str:
 async def _run(scenario: Scenario, model: BaseChatModel | None, observer: Observer) -> Run:
     from planexec.agent import PlanExecuteAgent
 
+    typed: dict[str, Any] = {}
+    if scenario.output_type is not None:
+        output_type = load_object(scenario.output_type)
+        if not (isinstance(output_type, type) and issubclass(output_type, BaseModel)):
+            raise ConfigError(f"output_type {scenario.output_type!r} is not a pydantic model")
+        typed["output_type"] = output_type
+        typed["expected"] = scenario.expect.expected_output() or None
     async with open_tools(scenario) as tools:
         agent = PlanExecuteAgent(model, tools, config=scenario.config)
         run_id = _run_id(scenario.name)
         if scenario.plan is not None:
             return await agent.execute_plan(
-                scenario.plan, question=scenario.question, run_id=run_id, event_handlers=[observer]
+                scenario.plan,
+                question=scenario.question,
+                run_id=run_id,
+                event_handlers=[observer],
+                **typed,
             )
-        return await agent.run(scenario.question, run_id=run_id, event_handlers=[observer])
+        return await agent.run(scenario.question, run_id=run_id, event_handlers=[observer], **typed)
 
 
 def _cassette_miss(model: BaseChatModel | None) -> str | None:

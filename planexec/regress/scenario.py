@@ -358,8 +358,14 @@ class Expectations(_Strict):
     """Codes of ``FallbackUsed`` events that must have been emitted."""
     answer: Value = None
     """A matcher on the prose answer."""
-    output: Value = None
-    """A matcher on the typed output (as JSON data)."""
+    output: dict[str, Value] | None = None
+    """The typed output (the scenario's ``output_type``), field by field.
+
+    A plain value (or ``{equals: value}``) is also given to the run as the field's
+    expected value, so a difference is ``OUTPUT_UNEXPECTED`` during the run (blamed,
+    recovered from); any other matcher is checked after the run only. A failing field's
+    message names the step its value came from (see docs/recovery.md, "Typed outputs
+    and blame")."""
     max_llm_calls: int | None = Field(default=None, ge=0)
     """At most this many model calls, all purposes."""
     max_tool_calls: int | None = Field(default=None, ge=0)
@@ -367,6 +373,15 @@ class Expectations(_Strict):
     llm_calls: dict[str, int] = Field(default_factory=dict)
     """Exactly this many model calls for each purpose named (``plan``, ``resolve``,
     ``reason``, ``evaluate``, ``answer``)."""
+
+    def expected_output(self) -> dict[str, Any]:
+        """The output fields with a plain expected value (what the run is given)."""
+        out: dict[str, Any] = {}
+        for name, value in (self.output or {}).items():
+            matcher = as_matcher(value)
+            if set(matcher.given()) == {"equals"}:
+                out[name] = matcher.equals
+        return out
 
 
 # --------------------------------------------------------------------------- scenario
@@ -391,6 +406,9 @@ class Scenario(_Strict):
     """The model; None runs ``plan`` without one (no fallback, no reasoning, no answer)."""
     plan: str | None = None
     """A plan to execute directly (no planner, no re-plan)."""
+    output_type: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
+    """A pydantic model the run's typed output must fill, as ``MODULE:ATTR`` (the plan
+    ends with a ``final_answer`` step; see docs/recovery.md, "Typed outputs and blame")."""
     config: AgentConfig = Field(default_factory=AgentConfig)
     """Overrides of the agent's settings (`planexec.config.AgentConfig`)."""
     timeout: float = Field(default=30.0, gt=0)
@@ -405,6 +423,8 @@ class Scenario(_Strict):
             raise ValueError("a scenario needs a 'question' (or a 'plan' to execute)")
         if self.model is None and self.plan is None:
             raise ValueError("a scenario without a 'model' needs a 'plan' to execute")
+        if self.expect.output is not None and self.output_type is None:
+            raise ValueError("'expect.output' checks a typed output: give 'output_type'")
         return self
 
     @property
