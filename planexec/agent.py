@@ -154,9 +154,10 @@ class PlanExecuteAgent:
         evaluator: Judges each finished run; a non-success verdict re-plans.
         store: A run store: ``store.attach(bus)`` is called for each run (or, if it has
             no ``attach``, it is subscribed as an event handler).
-        output_type: A pydantic model the final result must fill (see issue 9): the
-            planner is asked for a final ``final_answer`` step filling its fields, and
-            `Run.output` holds the validated instance.
+        output_type: A pydantic model the final result must fill: the planner is asked
+            for a final ``final_answer`` step filling its fields from earlier steps'
+            outputs, and `Run.output` holds the validated instance (`planexec.output`;
+            docs/recovery.md, "Typed outputs and blame").
         event_handlers: Subscribers to every run's events (sync or async functions).
         policy: A recovery policy replacing the one built from ``config.recovery``.
         breakers: Circuit breakers (shared by the agent's runs); one registry by default.

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from planexec.agent import PlanExecuteAgent
+from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.config import AgentConfig, load_config
 from planexec.events import (
@@ -37,7 +38,6 @@ from planexec.events import (
 )
 from planexec.models import load_model
 from planexec.results import Run, RunStatus, StepStatus
-from planexec.tools import load_tools
 
 __all__ = ["Progress", "ask_command", "register"]
 
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
         "error; the answer (or the run as JSON) to standard output.",
     )
     p.add_argument("question", help="the question to answer")
-    p.add_argument("--tools", required=True, metavar="MODULE:ATTR", help="the tools to use")
+    add_tool_arguments(p)
     p.add_argument(
         "--model",
         required=True,
@@ -111,17 +111,26 @@ class Progress:
 def ask_command(args: argparse.Namespace) -> int:
     """Run the ``ask`` subcommand."""
     config = load_config(args.config) if args.config else AgentConfig()
-    tools = load_tools(args.tools)
     model = load_model(args.model)
     console = Console(stderr=True, highlight=False)
     handlers = [] if args.quiet else [Progress(console)]
     store = store_from_args(args)
-    agent = PlanExecuteAgent(model, tools, config=config, event_handlers=handlers, store=store)
+    agents: list[PlanExecuteAgent] = []
+
+    async def ask() -> Run:
+        async with open_tools(args) as tools:
+            agent = PlanExecuteAgent(
+                model, tools, config=config, event_handlers=handlers, store=store
+            )
+            agents.append(agent)
+            return await agent.run(args.question)
+
     try:
-        run = asyncio.run(agent.run(args.question))
+        run = asyncio.run(ask())
     except KeyboardInterrupt:
-        if agent.last_run is not None and args.json:
-            print(json.dumps(agent.last_run.to_dict(), indent=2))
+        last = agents[0].last_run if agents else None
+        if last is not None and args.json:
+            print(json.dumps(last.to_dict(), indent=2))
         print("planexec: interrupted", file=sys.stderr)
         return 130
     finally:

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planexec._models import ModelClient
+from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.errors import ConfigError, PlanParseError
 from planexec.events import EventBus, PlanCreated, RunFinished, RunStarted
@@ -36,7 +37,7 @@ from planexec.plan import Plan, Severity
 from planexec.resolver import ArgResolver
 from planexec.results import RunStatus, StepResult, StepStatus, Usage
 from planexec.store import RunStore
-from planexec.tools import ToolCatalog, load_tools
+from planexec.tools import ToolCatalog
 
 __all__ = ["register", "run_command"]
 
@@ -58,7 +59,7 @@ def register(subparsers: Any) -> None:
         "every step's status, how its arguments were resolved, and its error.",
     )
     p.add_argument("plan", help="the plan file ('-' reads standard input)")
-    p.add_argument("--tools", required=True, metavar="MODULE:ATTR", help="the tools to use")
+    add_tool_arguments(p)
     p.add_argument(
         "--model",
         metavar="SPEC",
@@ -133,43 +134,47 @@ async def _execute(
 
 def run_command(args: argparse.Namespace) -> int:
     """Handle ``planexec run``; returns the exit code."""
-    catalog = ToolCatalog(load_tools(args.tools))
     text = _read_plan(args.plan)
     try:
-        plan = parse_plan(text, args.dialect)
+        parsed = parse_plan(text, args.dialect)
     except PlanParseError as exc:
         if args.json:
             print(json.dumps({"steps": [], "error": str(exc), "diagnostics": []}))
         else:
             print(f"planexec: no plan: {exc}", file=sys.stderr)
         return 2
-    plan = check_plan(plan, catalog)
-    if not plan.steps:
+    if not parsed.steps:
         print("planexec: the plan has no steps", file=sys.stderr)
         return 2
-    try:
-        config = ExecutorConfig(max_concurrency=args.max_concurrency, step_timeout=args.timeout)
-    except ConfigError:
-        raise
+    config = ExecutorConfig(max_concurrency=args.max_concurrency, step_timeout=args.timeout)
     model = load_model(args.model) if args.model else None
     usage = Usage()
     bus = EventBus()
-    executor = Executor(
-        catalog,
-        ArgResolver(model),
-        config=config,
-        reasoner=ModelReasoner(ModelClient(model)) if model is not None else None,
-        bus=bus,
-        usage=usage,
-        run_id=f"run-{uuid.uuid4().hex[:8]}",
-    )
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
     store = store_from_args(args)
     if store is not None:
         store.attach(bus)
     # recorded so that `planexec runs resume` runs it again with the same settings
     recorded = {"executor": {"max_concurrency": args.max_concurrency, "step_timeout": args.timeout}}
+
+    async def execute() -> tuple[Plan, list[StepResult]]:
+        async with open_tools(args) as tools:
+            catalog = ToolCatalog(tools)
+            plan = check_plan(parsed, catalog)
+            executor = Executor(
+                catalog,
+                ArgResolver(model),
+                config=config,
+                reasoner=ModelReasoner(ModelClient(model)) if model is not None else None,
+                bus=bus,
+                usage=usage,
+                run_id=run_id,
+            )
+            results = await _execute(executor, plan, text, bus=bus, store=store, config=recorded)
+            return plan, results
+
     try:
-        results = asyncio.run(_execute(executor, plan, text, bus=bus, store=store, config=recorded))
+        plan, results = asyncio.run(execute())
     finally:
         if store is not None:
             store.close()
@@ -179,7 +184,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
-                    "run_id": executor.run_id,
+                    "run_id": run_id,
                     "steps": [r.to_dict() for r in results],
                     "usage": usage.to_dict(),
                     "diagnostics": [d.to_dict() for d in plan.diagnostics],
@@ -193,7 +198,7 @@ def run_command(args: argparse.Namespace) -> int:
     if store is not None:
         where = f" --store {shlex.quote(args.store)}" if args.store else ""
         print(
-            f"recorded as run {executor.run_id}: planexec runs show {executor.run_id}{where}",
+            f"recorded as run {run_id}: planexec runs show {run_id}{where}",
             file=sys.stderr,
         )
     return _exit_code(results)

@@ -1,0 +1,47 @@
+"""``--tools MODULE:ATTR`` and ``--mcp-config FILE``: where a command's tools come from."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from langchain_core.tools import BaseTool
+
+from planexec.errors import ConfigError
+from planexec.tools import load_tools
+
+__all__ = ["add_tool_arguments", "open_tools"]
+
+
+def add_tool_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--tools`` and ``--mcp-config`` (at least one is needed at run time)."""
+    parser.add_argument(
+        "--tools", metavar="MODULE:ATTR", help="a list of langchain-core tools to use"
+    )
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help='tools from MCP servers ({"mcpServers": {...}}); one session per server is '
+        "kept open for the whole run (needs planexec[mcp])",
+    )
+
+
+@asynccontextmanager
+async def open_tools(args: argparse.Namespace) -> AsyncIterator[list[BaseTool]]:
+    """Load the tools named by `add_tool_arguments`; MCP sessions stay open inside.
+
+    Raises:
+        ConfigError: neither option was given.
+        ToolLoadError: a module or an MCP server could not give its tools.
+    """
+    if not args.tools and not args.mcp_config:
+        raise ConfigError("give the tools: --tools MODULE:ATTR and/or --mcp-config FILE")
+    tools = load_tools(args.tools) if args.tools else []
+    if not args.mcp_config:
+        yield tools
+        return
+    from planexec.mcp import MCPToolset
+
+    async with MCPToolset(args.mcp_config) as toolset:
+        yield [*tools, *toolset.tools]
