@@ -437,7 +437,11 @@ def trace_field(
                 method = ResolutionMethod.REFERENCE
     if (isinstance(written, Ref) and written.is_hinted) or method is ResolutionMethod.LLM:
         sources = tuple(
-            _follow(plan, results, r.step, r.path)[-1].step_id for r in refs if r.step in results
+            dict.fromkeys(
+                (_follow(plan, results, r.step, r.path)[-1].step_id if not r.is_hinted else r.step)
+                for r in iter_refs(written)
+                if r.step in results
+            )
         )
         why = "the LLM fallback of the final mapping filled it" + (
             f" (from step(s) {', '.join(map(str, sources))})" if sources else ""

@@ -352,3 +352,11 @@ async def test_a_scenario_whose_run_has_no_typed_output_says_why() -> None:
     assert any(
         f.where == "output" and "OUTPUT_MISSING_STEP" in f.message for f in result.failures
     )
+
+
+def test_a_hinted_reference_is_blamed_on_the_mapping_naming_the_step_it_hints_at() -> None:
+    final = step(5, OUTPUT_TOOL, '{"asset_id": "{chiller_id_from_step_2}", "site": "MAIN", '
+                 '"count": 1}', "#S2")
+    blame = trace_field(plan_of(SITES, ASSETS, final), RESULTS, "asset_id")
+    assert blame.step_id == 5 and blame.sources == (2,)
+    assert "LLM fallback" in blame.reason
