@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, store_from_args
@@ -69,6 +70,11 @@ def register(subparsers: Any) -> None:
         "(e.g. openai:gpt-4o-mini)",
     )
     p.add_argument("--config", metavar="FILE", help="agent settings (.toml or .yaml)")
+    p.add_argument(
+        "--output-type",
+        metavar="MODULE:ATTR",
+        help="a pydantic model the answer must fill (the run's output is an instance)",
+    )
     p.add_argument("--json", action="store_true", help="print the whole run as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_store_arguments(p)
@@ -112,6 +118,7 @@ def ask_command(args: argparse.Namespace) -> int:
     """Run the ``ask`` subcommand."""
     config = load_config(args.config) if args.config else AgentConfig()
     model = load_model(args.model)
+    output_type = load_object(args.output_type) if args.output_type else None
     console = Console(stderr=True, highlight=False)
     handlers = [] if args.quiet else [Progress(console)]
     store = store_from_args(args)
@@ -123,7 +130,7 @@ def ask_command(args: argparse.Namespace) -> int:
                 model, tools, config=config, event_handlers=handlers, store=store
             )
             agents.append(agent)
-            return await agent.run(args.question)
+            return await agent.run(args.question, output_type=output_type)
 
     try:
         run = asyncio.run(ask())
@@ -155,7 +162,9 @@ def _print_run(run: Run, *, as_json: bool) -> None:
         return
     if run.answer is not None:
         print(run.answer)
-    else:
+    if run.output is not None:
+        print(json.dumps(run.output.model_dump(mode="json"), indent=2))
+    if run.answer is None and run.output is None:
         for r in sorted(run.results, key=lambda r: r.step_id):
             print(json.dumps(r.to_dict()))
     if run.status is not RunStatus.SUCCEEDED:

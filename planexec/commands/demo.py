@@ -17,11 +17,17 @@ from langchain_core.language_models import BaseChatModel
 from rich.console import Console
 from rich.table import Table
 
+from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
 from planexec.commands.ask import Progress
 from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.examples import example_path
-from planexec.examples.questions import DEMO_QUESTIONS, DemoQuestion
+from planexec.examples.questions import (
+    DEMO_QUESTIONS,
+    TYPED_DEMO_QUESTIONS,
+    DemoQuestion,
+    TypedDemoQuestion,
+)
 from planexec.examples.tools import demo_tools
 from planexec.models import load_model, load_replies
 from planexec.results import Run, RunStatus
@@ -47,7 +53,7 @@ def register(subparsers: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help=f"which demo question to ask (1-{len(DEMO_QUESTIONS)}; default: all)",
+        help=f"which demo question to ask (1-{len(ALL_QUESTIONS)}; default: all)",
     )
     p.add_argument(
         "--model",
@@ -61,7 +67,13 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=demo_command)
 
 
-def _model_for(question: DemoQuestion, spec: str | None) -> tuple[BaseChatModel, str]:
+ALL_QUESTIONS: list[DemoQuestion | TypedDemoQuestion] = [*DEMO_QUESTIONS, *TYPED_DEMO_QUESTIONS]
+"""Every demo question: the prose ones, then the ones answered as typed models."""
+
+
+def _model_for(
+    question: DemoQuestion | TypedDemoQuestion, spec: str | None
+) -> tuple[BaseChatModel, str]:
     if spec:
         return load_model(spec), f"real model {spec}"
     replies = example_path(question["replies"])
@@ -93,12 +105,10 @@ def _table(run: Run) -> Table:
 def demo_command(args: argparse.Namespace) -> int:
     """Run the ``demo`` subcommand."""
     spec = args.model or os.environ.get(MODEL_ENV_VAR) or None
-    if args.question is not None and not 1 <= args.question <= len(DEMO_QUESTIONS):
-        print(f"planexec demo: --question must be between 1 and {len(DEMO_QUESTIONS)}")
+    if args.question is not None and not 1 <= args.question <= len(ALL_QUESTIONS):
+        print(f"planexec demo: --question must be between 1 and {len(ALL_QUESTIONS)}")
         return 2
-    chosen = (
-        [DEMO_QUESTIONS[args.question - 1]] if args.question is not None else DEMO_QUESTIONS
-    )
+    chosen = [ALL_QUESTIONS[args.question - 1]] if args.question is not None else ALL_QUESTIONS
     console = Console(stderr=args.json, highlight=False)
     store = store_from_args(args)
     runs: list[Run] = []
@@ -108,11 +118,17 @@ def demo_command(args: argparse.Namespace) -> int:
         console.print(f"model: {source}")
         handlers = [] if args.quiet else [Progress(console)]
         agent = PlanExecuteAgent(model, demo_tools(), store=store, event_handlers=handlers)
-        run = asyncio.run(agent.run(question["question"]))
+        output_spec = question.get("output_type")
+        output_type = load_object(str(output_spec)) if output_spec else None
+        if output_type is not None:
+            console.print(f"typed answer: {output_spec}")
+        run = asyncio.run(agent.run(question["question"], output_type=output_type))
         runs.append(run)
         if not args.json:
             console.print(_table(run))
             console.print(f"[bold]answer:[/bold] {run.answer}")
+            if run.output is not None:
+                console.print(f"[bold]typed output:[/bold] {run.output!r}")
             calls = ", ".join(f"{k} {v}" for k, v in sorted(run.usage.llm_calls.items()))
             console.print(
                 f"usage: LLM calls {run.usage.total_llm_calls} ({calls}); "
