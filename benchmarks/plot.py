@@ -20,6 +20,15 @@ def _load(name: str) -> Any | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _save(plt: Any, fig: Any, name: str) -> Path:
+    """Write ``fig`` to ``benchmarks/results/NAME.png``, close it and return the path."""
+    out = RESULTS / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def plot_linear_growth(plt: Any) -> Path | None:
     """Per-step cost against plan size: a flat line means linear growth."""
     parse, sched = _load("parse"), _load("scheduler")
@@ -50,11 +59,7 @@ def plot_linear_growth(plt: Any) -> Path | None:
     ax.set_title("Cost per step stays flat as plans grow (linear total cost)")
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
-    out = RESULTS / "linear_growth.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, "linear_growth")
 
 
 def plot_parallel(plt: Any) -> Path | None:
@@ -72,11 +77,7 @@ def plot_parallel(plt: Any) -> Path | None:
     ax.set_ylabel("wall time ÷ critical path")
     ax.set_title("Parallel efficiency on DAGs of sleeping tools")
     ax.legend()
-    out = RESULTS / "parallel.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, "parallel")
 
 
 def plot_recovery(plt: Any) -> Path | None:
@@ -101,11 +102,7 @@ def plot_recovery(plt: Any) -> Path | None:
     ax.set_ylabel("success rate")
     ax.set_title("Recovery on scripted scenarios with injected failures")
     ax.legend(fontsize=8)
-    out = RESULTS / "recovery.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, "recovery")
 
 
 def main() -> int:

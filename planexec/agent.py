@@ -45,7 +45,7 @@ from planexec._log import run_log, step_log
 from planexec._models import ModelClient
 from planexec.config import AgentConfig
 from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError, RunError
-from planexec.evaluation import EvalCase, EvalStatus, Evaluator, Verdict, format_results
+from planexec.evaluation import EvalCase, EvalStatus, Evaluator, Verdict, cut, format_results
 from planexec.events import (
     Event,
     EventBus,
@@ -69,8 +69,8 @@ from planexec.output import (
     resolve_output,
     without_output_step,
 )
-from planexec.plan import Plan, Step
-from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext
+from planexec.plan import Plan, Step, to_jsonable
+from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext, _same_call
 from planexec.recovery import (
     Action,
     Decision,
@@ -82,7 +82,7 @@ from planexec.recovery import (
 )
 from planexec.resilience import BreakerRegistry, ResilientModelClient, RetryPolicy
 from planexec.resolver import ArgResolver
-from planexec.results import PlanAttempt, Run, RunStatus, StepResult, StepStatus
+from planexec.results import PlanAttempt, Run, RunStatus, StepResult, StepStatus, Usage
 from planexec.tools import ToolCatalog
 
 __all__ = ["PlanExecuteAgent"]
@@ -128,6 +128,10 @@ class _RunCtx:
     t0: float = field(default_factory=time.perf_counter)
     current: PlanAttempt | None = None
     expected: Mapping[str, Any] | None = None
+    allow_replan: bool = True
+    """Whether a ``REPLAN`` decision may re-plan (off for a given plan: `execute_plan`)."""
+    failed_destructive: list[tuple[int, Step, StepResult]] = field(default_factory=list)
+    """Calls of destructive tools that started and failed: (plan version, step, result)."""
 
 
 class _Replan(Exception):
@@ -186,6 +190,7 @@ class PlanExecuteAgent:
         """The tools."""
         self.config = config or AgentConfig()
         """The settings."""
+        self._check_tool_names()
         self.policy = policy or RecoveryPolicy.from_settings(self.config.recovery)
         """The recovery policy (replace it to change the table or the budgets)."""
         self.evaluator = evaluator
@@ -278,7 +283,9 @@ class PlanExecuteAgent:
 
         Works without a model: then arguments needing the LLM fallback fail, reasoning
         steps are skipped, there is no prose answer and the `Run` carries the structured
-        step results. A failure whose action is ``REPLAN`` stops the run.
+        step results. A failure whose action is ``REPLAN`` stops the run, also when the
+        agent has a model (the model then serves the resolver's fallback, reasoning
+        steps, the typed output's mapping and the answer — never the planner).
 
         Raises:
             PlanParseError: the text holds no plan.
@@ -299,6 +306,7 @@ class PlanExecuteAgent:
         parsed = check_plan(parsed, self._catalog_for(output_type or self.output_type))
         ctx = await self._start(question, run_id, output_type, event_handlers)
         ctx.expected = expected
+        ctx.allow_replan = False  # a given plan is run as given: REPLAN stops
         return await self._drive(ctx, parsed, text)
 
     async def resume(self, run_id: str, *, rerun_unsafe: bool = False) -> Run:
@@ -428,16 +436,7 @@ class PlanExecuteAgent:
         usage = run.usage
         client: ModelClient | None = None
         if self.model is not None:
-            client = ResilientModelClient(
-                self.model,
-                timeout=cfg.model.timeout,
-                usage=usage,
-                bus=bus,
-                run_id=run.run_id,
-                retry=_retry(cfg.model.retry),
-                breakers=self.breakers,
-                stream=cfg.model.stream,
-            )
+            client = self._resilient(self.model, usage=usage, bus=bus, run_id=run.run_id)
         out_type = output_type or self.output_type
         catalog = self._catalog_for(out_type)
         ex = cfg.executor
@@ -466,7 +465,7 @@ class PlanExecuteAgent:
             run_id=run.run_id,
             usage=usage,
             breakers=self.breakers,
-            guard=limits.guard,
+            guard=self._limit_guard(limits, catalog),
             runner=self.runner if self.runner is not None else _backend_runner(ex),
             client=client,
         )
@@ -475,6 +474,69 @@ class PlanExecuteAgent:
             RunStarted(run_id=run.run_id, question=question, config=cfg.model_dump(mode="json"))
         )
         return ctx
+
+    def _check_tool_names(self) -> None:
+        """Reject tool names in limits and timeouts that name no tool of the catalog.
+
+        Raises:
+            ConfigError: naming each key with an unknown tool, and close tool names.
+        """
+        cfg = self.config
+        named = [(f"limits.per_tool_limits[{n!r}]", n) for n in cfg.limits.per_tool_limits]
+        for i, seq in enumerate(cfg.limits.sequence_limits):
+            named += [(f"limits.sequence_limits[{i}].pattern", n) for n in seq.pattern]
+        named += [(f"executor.tool_timeouts[{n!r}]", n) for n in cfg.executor.tool_timeouts]
+        problems: list[str] = []
+        for key, name in named:
+            if self.catalog.has(name):
+                continue
+            close = self.catalog.suggest(name)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            problems.append(f"{key}: unknown tool {name!r}{hint}")
+        if problems:
+            names = self.catalog.names()
+            known = ", ".join(names[:30]) + (" …" if len(names) > 30 else "")
+            raise ConfigError(
+                "invalid configuration: tool names that are not in the catalog:\n  "
+                + "\n  ".join(problems)
+                + f"\n  (tools: {known or 'none'})"
+            )
+
+    def _resilient(
+        self, model: BaseChatModel, *, usage: Usage, bus: EventBus, run_id: str
+    ) -> ResilientModelClient:
+        """A run-bound client for ``model`` with the ``model`` settings.
+
+        Timeout, retries, streaming and breaker are those of every model call of a run:
+        planner, resolver, reasoning, answer and an `LLMJudge` given a plain model.
+        """
+        cfg = self.config.model
+        return ResilientModelClient(
+            model,
+            timeout=cfg.timeout,
+            usage=usage,
+            bus=bus,
+            run_id=run_id,
+            retry=_retry(cfg.retry),
+            breakers=self.breakers,
+            stream=cfg.stream,
+        )
+
+    @staticmethod
+    def _limit_guard(limits: Limits, catalog: ToolCatalog) -> Any:
+        """The executor's guard: `Limits.guard` told the tool's server from the catalog."""
+
+        def guard(step: Step, tool: str) -> str | None:
+            server: str | None = step.server
+            try:
+                spec = catalog.lookup(tool, step.server) or catalog.lookup(tool)
+            except KeyError:  # ambiguous: keep the step's server
+                spec = None
+            if spec is not None:
+                server = spec.server or ""
+            return limits.guard(step, tool, server=server)
+
+        return guard
 
     def _catalog_for(self, output_type: type[BaseModel] | None) -> ToolCatalog:
         if output_type is None:
@@ -640,8 +702,9 @@ class PlanExecuteAgent:
         known = dict(prior)
         feedback: dict[int, str] = {}
         while True:
+            to_run, refused = await self._refuse_repeats(ctx, plan, known, attempt)
             results = await ctx.executor.run(
-                plan, prior=known, feedback=feedback, plan_version=attempt.version
+                to_run, prior={**known, **refused}, feedback=feedback, plan_version=attempt.version
             )
             for r in results:
                 earlier = known.get(r.step_id)
@@ -649,6 +712,8 @@ class PlanExecuteAgent:
                     continue  # reused, not run again
                 attempt.results.append(r)
             latest = {r.step_id: r for r in results}
+            latest.update(refused)
+            self._note_destructive_failures(ctx, plan, results, attempt.version)
             if ctx.executor.cancelled:
                 ctx.run.status = RunStatus.CANCELLED
                 return latest
@@ -665,6 +730,79 @@ class PlanExecuteAgent:
             known = {sid: r for sid, r in latest.items() if r.ok}
             for sid, r in prior.items():
                 known.setdefault(sid, r)
+
+    def _destructive(self, tool: str | None, server: str | None) -> bool:
+        if tool is None:
+            return False
+        try:
+            spec = self.catalog.lookup(tool, server) or self.catalog.lookup(tool)
+        except KeyError:
+            return False
+        return spec is not None and bool(spec.hints.destructive)
+
+    def _note_destructive_failures(
+        self, ctx: _RunCtx, plan: Plan, results: Sequence[StepResult], version: int
+    ) -> None:
+        """Remember destructive calls that started and failed: they may have taken effect."""
+        for r in results:
+            if r.status is not StepStatus.FAILED or r.attempts == 0 or r.step_id not in plan.ids:
+                continue
+            if self._destructive(r.tool, r.server):
+                ctx.failed_destructive.append((version, plan.step(r.step_id), r))
+
+    async def _refuse_repeats(
+        self, ctx: _RunCtx, plan: Plan, known: Mapping[int, StepResult], attempt: PlanAttempt
+    ) -> tuple[Plan, dict[int, StepResult]]:
+        """Fail, without calling it, a step repeating a failed destructive call exactly.
+
+        A destructive call that failed may still have taken effect (docs/recovery.md,
+        "Destructive calls"); a new plan's step with the same tool and the same
+        arguments (as written, or the same literal values the failed call was made
+        with) is recorded as ``TOOL_ERROR`` and not run. Returns the plan to run
+        (without those steps) and their results.
+        """
+        if not ctx.failed_destructive:
+            return plan, {}
+        refused: dict[int, StepResult] = {}
+        for step in plan.steps:
+            done = known.get(step.id)
+            if (done is not None and done.ok) or not self._destructive(step.tool, step.server):
+                continue
+            literal = not step.positional and not list(step.refs)
+            for version, old, result in ctx.failed_destructive:
+                if old.tool != step.tool:
+                    continue
+                same_values = literal and to_jsonable(step.args) == to_jsonable(result.args)
+                if not (_same_call(step, old) or same_values):
+                    continue
+                message = (
+                    f"step {step.id}: tool {step.tool!r} not called: this destructive call "
+                    f"(same tool, same arguments) already failed in plan {version} (step "
+                    f"{result.step_id}: {cut(result.error or 'failed', 300)}) and may have "
+                    "taken effect; running it again could repeat its effect. Check with a "
+                    "read-only step whether it took effect, or make a different call"
+                )
+                step_log(ctx.run.run_id, step.id).warning(message)
+                refused[step.id] = StepResult(
+                    step_id=step.id,
+                    tool=step.tool,
+                    status=StepStatus.FAILED,
+                    error=message,
+                    error_kind=ErrorKind.TOOL_ERROR,
+                    started_at=time.time(),
+                    duration=0.0,
+                    server=step.server,
+                    note="refused: repeats a failed destructive call",
+                )
+                break
+        for r in refused.values():
+            attempt.results.append(r)
+            await ctx.bus.emit(
+                StepFinished(run_id=ctx.run.run_id, result=r, plan_version=attempt.version)
+            )
+        if not refused:
+            return plan, {}
+        return replace(plan, steps=tuple(s for s in plan.steps if s.id not in refused)), refused
 
     def _failures(
         self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult], version: int
@@ -694,8 +832,11 @@ class PlanExecuteAgent:
     ) -> list[Decision]:
         """Decide on every failure of a round; raise `_Replan`/`_Stop` when that wins."""
         run = ctx.run
-        can_replan = self.planner is not None
-        decisions = [self.policy.decide(f, ctx.state, can_replan=can_replan) for f in failures]
+        can_replan = self.planner is not None and ctx.allow_replan
+        decisions = [
+            self._circuit_check(ctx, self.policy.decide(f, ctx.state, can_replan=can_replan))
+            for f in failures
+        ]
         for d in decisions:
             run_log(run.run_id, step_id=d.step_id).warning("recovery: {}", d.reason)
             await ctx.bus.emit(
@@ -718,6 +859,61 @@ class PlanExecuteAgent:
         if action is Action.REPLAN:
             raise _Replan(self._replan_context(ctx, decisions, plan, latest, text))
         return decisions
+
+    def _open_tools(self, ctx: _RunCtx) -> tuple[list[str], float]:
+        """The catalog's tools behind open breakers, and the shortest wait until a trial."""
+        breakers = ctx.executor.breakers
+        names: list[str] = []
+        wait: float | None = None
+        for spec in self.catalog.specs():
+            name = BreakerRegistry.tool_breaker_name(spec.server, spec.name)
+            if breakers.is_open(name):
+                names.append(spec.qualified_name)
+                retry_in = breakers.get(name).retry_in()
+                wait = retry_in if wait is None else min(wait, retry_in)
+        return names, wait or 0.0
+
+    def _circuit_check(self, ctx: _RunCtx, decision: Decision) -> Decision:
+        """``CIRCUIT_OPEN`` → ``REPLAN`` only while some tool is behind a closed breaker.
+
+        The re-plan's reason names the tools behind open breakers (the planner sees it);
+        when every tool of the catalog is behind one, a new plan could call nothing:
+        the run stops, saying when the first breaker lets a trial call through.
+        """
+        failure = decision.failure
+        if (
+            decision.action is not Action.REPLAN
+            or failure is None
+            or failure.kind is not ErrorKind.CIRCUIT_OPEN
+            or failure.tool is None
+        ):
+            return decision
+        open_tools, wait = self._open_tools(ctx)
+        if not open_tools:
+            return decision
+        shown = ", ".join(open_tools)
+        if len(open_tools) < len(self.catalog):
+            new = Decision(
+                Action.REPLAN,
+                f"{decision.reason}; tools behind open circuit breakers (do not use them): "
+                f"{shown}",
+                failure,
+            )
+        else:
+            new = Decision(
+                Action.STOP,
+                f"CIRCUIT_OPEN at step {failure.step_id} ({failure.tool}): every tool of the "
+                f"catalog is behind an open circuit breaker ({shown}), so a new plan could "
+                f"call none of them; stopping (the first trial call is possible in "
+                f"{wait:.1f}s)",
+                failure,
+            )
+        decisions = ctx.state.decisions
+        for i in range(len(decisions) - 1, -1, -1):
+            if decisions[i] is decision:
+                decisions[i] = new
+                break
+        return new
 
     def _replan_context(
         self,
@@ -779,7 +975,9 @@ class PlanExecuteAgent:
             f"evaluator: {verdict.status}: {verdict.evaluation}",
             plan_version=ctx.current.version if ctx.current else len(run.attempts),
         )
-        decision = self.policy.decide(failure, ctx.state, can_replan=self.planner is not None)
+        decision = self.policy.decide(
+            failure, ctx.state, can_replan=self.planner is not None and ctx.allow_replan
+        )
         await ctx.bus.emit(
             RecoveryDecided(
                 run_id=run.run_id,
@@ -792,17 +990,24 @@ class PlanExecuteAgent:
             raise _Stop(ErrorKind.EVALUATION_FAILED, f"{failure.message} — {decision.reason}")
         run.answer = None
         lesson = verdict.lesson or verdict.evaluation
-        raise _Replan(
-            self._replan_context(
-                ctx,
-                [decision],
-                plan,
-                latest,
-                text,
-                lesson=f"evaluator ({verdict.status}): {lesson}" if lesson else None,
-                decompose=verdict.status is EvalStatus.JOB_TOO_COMPLICATED,
-            )
+        replan = self._replan_context(
+            ctx,
+            [decision],
+            plan,
+            latest,
+            text,
+            lesson=f"evaluator ({verdict.status}): {lesson}" if lesson else None,
+            decompose=verdict.status is EvalStatus.JOB_TOO_COMPLICATED,
         )
+        if verdict.status in (EvalStatus.EXECUTION_ERROR, EvalStatus.INPUT_DATA_ERROR):
+            # the verdict blames the results themselves: none is kept as settled
+            replan = replace(
+                replan,
+                kept={},
+                reason=f"{replan.reason}. The evaluator judged the results wrong "
+                f"({verdict.status}): no earlier result is kept; redo the steps that need it.",
+            )
+        raise _Replan(replan)
 
     async def _typed_output(
         self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult], text: str
@@ -896,6 +1101,9 @@ class PlanExecuteAgent:
             usage=ctx.run.usage,
             bus=ctx.bus,
             output_budget=self.config.evaluation.output_budget,
+            client_for=lambda model: self._resilient(
+                model, usage=ctx.run.usage, bus=ctx.bus, run_id=ctx.run.run_id
+            ),
         )
         try:
             return await self.evaluator.evaluate(case)

@@ -144,6 +144,10 @@ class EvalCase:
     """Where events go."""
     output_budget: int = 2000
     """Characters of each step's output to show a judge."""
+    client_for: Callable[[BaseChatModel], ModelClient] | None = None
+    """Makes the run's resilient client for a judge's model (timeout, retries and
+    breaker of the agent's ``model`` settings, counting into the run's usage); an
+    `LLMJudge` built on a plain model uses it."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else a custom evaluator needs."""
 
@@ -300,6 +304,20 @@ class LLMJudge:
         self.client = client
         self.instructions = instructions
 
+    def _client(self, case: EvalCase) -> ModelClient:
+        """The client for one case: the run's resilient one, unless the judge has its own.
+
+        A judge built on a plain chat model (wrapped in a plain `ModelClient`) gets the
+        agent's timeout, retries and breaker through ``case.client_for``; a judge given
+        a client of its own (e.g. a `ResilientModelClient`) keeps it, bound to the
+        run's usage.
+        """
+        if case.client_for is not None and type(self.client) is ModelClient:
+            return case.client_for(self.client.model)
+        if case.usage is not None:
+            return self.client.bind(usage=case.usage, bus=case.bus, run_id=case.run_id)
+        return self.client
+
     def messages(self, case: EvalCase) -> list[BaseMessage]:
         """The judge's prompt for ``case``."""
         system = JUDGE_SYSTEM
@@ -316,9 +334,7 @@ class LLMJudge:
 
     async def evaluate(self, case: EvalCase) -> Verdict:
         """Ask the judge; retry once with a format reminder when its reply is not JSON."""
-        client = self.client
-        if case.usage is not None:
-            client = client.bind(usage=case.usage, bus=case.bus, run_id=case.run_id)
+        client = self._client(case)
         messages = self.messages(case)
         first = await client.complete(messages, purpose="evaluate")
         verdict = _parse_judge(first)

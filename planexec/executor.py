@@ -13,8 +13,8 @@ For each step, in order:
    model, with the reasoning hook);
 4. the invariant — no argument holds a reference or a placeholder-looking string —
    checked right before the call (``RESOLUTION_FAILED`` otherwise);
-5. the ``guard`` hook (``LIMIT_EXCEEDED``), the tool server's circuit breaker
-   (``CIRCUIT_OPEN``);
+5. the ``guard`` hook (``LIMIT_EXCEEDED``), the tool's circuit breaker (its server's;
+   a local tool's own) (``CIRCUIT_OPEN``);
 6. the tool call through the `ToolRunner`, bounded by its timeout, retried with
    backoff and jitter only when the tool is safe (read-only or idempotent, not
    destructive). Exceptions, ``is_error`` results and error payloads are
@@ -262,6 +262,29 @@ def _is_empty(value: Any) -> bool:
     return False
 
 
+def _not_started(
+    step: Step,
+    status: StepStatus,
+    kind: ErrorKind,
+    message: str,
+    *,
+    started_at: float,
+    note: str | None = None,
+) -> StepResult:
+    """The result of a step whose tool was never called (it took no time)."""
+    return StepResult(
+        step_id=step.id,
+        tool=step.tool,
+        status=status,
+        error=message,
+        error_kind=kind,
+        started_at=started_at,
+        duration=0.0,
+        server=step.server,
+        note=note,
+    )
+
+
 def _short(value: Any, limit: int = 200) -> str:
     return _cut(_as_text(value), limit)
 
@@ -356,7 +379,8 @@ class Executor:
             run_id: The run id, bound to logs and events.
             usage: Where tool and model calls are counted (a new `Usage` otherwise).
                 Model clients of the resolver and the reasoner are bound to it.
-            breakers: Circuit breakers, one per tool server (``tool:<server>``).
+            breakers: Circuit breakers: one per tool server (``tool:<server>``), one per
+                local tool (``tool:local:<name>``).
             guard: Called before each step's tool call; a message fails the step
                 with ``LIMIT_EXCEEDED``.
             runner: Makes tool calls (`LocalToolRunner` by default).
@@ -540,16 +564,8 @@ class Executor:
                 f"step {s.id}: cannot run: it waits on {waits}, and steps "
                 f"{sorted(stuck_ids)} form or follow a dependency cycle; the tool was not called"
             )
-            now = time.time()
-            result = StepResult(
-                step_id=s.id,
-                tool=s.tool,
-                status=StepStatus.FAILED,
-                error=msg,
-                error_kind=ErrorKind.MISSING_REFERENCE,
-                started_at=now,
-                duration=0.0,
-                server=s.server,
+            result = _not_started(
+                s, StepStatus.FAILED, ErrorKind.MISSING_REFERENCE, msg, started_at=time.time()
             )
             await self._finish(result)
             order.append(s.id)
@@ -576,15 +592,12 @@ class Executor:
             message = f"step {s.id}: cancelled before it started"
             step_log(self.run_id, s.id).warning(message)
             await self._finish(
-                StepResult(
-                    step_id=s.id,
-                    tool=s.tool,
-                    status=StepStatus.CANCELLED,
-                    error=message,
-                    error_kind=ErrorKind.CANCELLED,
+                _not_started(
+                    s,
+                    StepStatus.CANCELLED,
+                    ErrorKind.CANCELLED,
+                    message,
                     started_at=now,
-                    duration=0.0,
-                    server=s.server,
                     note="not started",
                 )
             )
@@ -871,7 +884,7 @@ class Executor:
     async def _call(self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any]) -> StepResult:
         step = ctx.step
         ctx.args = args
-        breaker = self.breakers.tool(spec.server)
+        breaker = self.breakers.tool(spec.server, spec.name)
         timeout = self.config.timeout_for(spec)
         policy = self.config.tool_retry if self._retryable(spec) else RetryPolicy.none()
         empties = 0

@@ -152,6 +152,12 @@ Lessons so far:
 Write a new plan that reaches the answer, avoiding the failures above. Number the new \
 steps from {{first_id}}."""
 
+DESTRUCTIVE_NOTE = (
+    " -- DESTRUCTIVE tool: this call may have taken effect before it failed. Do not "
+    "repeat it with the same arguments (an exact repeat is refused and not run); check "
+    "with a read-only step whether it took effect, or make a different call."
+)
+
 DECOMPOSE = (
     "\nThe evaluator judged the job too complicated for these steps: decompose it "
     "further, into smaller steps that each do one simple thing.\n"
@@ -323,6 +329,18 @@ class Planner:
             instructions=f"\n\n## Instructions\n{self.instructions}" if self.instructions else "",
         )
 
+    def _destructive_call(self, result: StepResult) -> bool:
+        """Whether ``result`` is a failed call of a destructive tool that was started."""
+        if result.tool is None or result.attempts == 0:
+            return False
+        try:
+            spec = self.catalog.lookup(result.tool, result.server) or self.catalog.lookup(
+                result.tool
+            )
+        except KeyError:
+            return False
+        return spec is not None and bool(spec.hints.destructive)
+
     def _replan_section(self, ctx: ReplanContext) -> str:
         previous = ctx.previous_text.strip() or (
             "\n".join(
@@ -341,6 +359,7 @@ class Planner:
             f"- step {r.step_id} ({r.tool or 'reasoning'}) {r.status}"
             + (f" {r.error_kind}" if r.error_kind else "")
             + f": {r.error or r.note or 'no message'}"
+            + (DESTRUCTIVE_NOTE if self._destructive_call(r) else "")
             for r in sorted(ctx.failed, key=lambda r: r.step_id)
         ]
         return fill(
@@ -518,4 +537,17 @@ class Planner:
                 ),
             ]
         plan, prior, error = best
+        if plan is not None and error is not None:
+            message = (
+                f"the plan still has problems after {len(replies) - 1} re-prompt(s) "
+                f"(planner.max_reprompts={self.max_reprompts}); going on with it, the "
+                "executor reports each remaining problem at its step: " + error[:500]
+            )
+            run_log(run_id).warning(message)
+            if bus is not None:
+                await bus.emit(
+                    FallbackUsed(
+                        run_id=run_id, step_id=None, code="PLAN_PROBLEMS_REMAIN", message=message
+                    )
+                )
         return PlannerOutcome(plan, replies[-1], prior, tuple(replies), error)

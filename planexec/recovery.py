@@ -9,8 +9,9 @@ docs/recovery.md, overridable per kind. `RecoveryPolicy.decide` applies the tabl
   an unsafe tool's failure re-plans instead;
 - when an action's budget is spent it escalates: ``RERESOLVE``/``RETRY_STEP`` →
   ``REPLAN`` → ``STOP``;
-- the early re-plan: when the same argument of the same tool fails the same way twice,
-  ``REPLAN`` instead of spending the rest of the re-resolution budget.
+- the early re-plan: when the same argument of the same tool fails the same way twice
+  in the same plan, ``REPLAN`` instead of spending the rest of the re-resolution budget
+  (counted per plan version: a new plan's step is re-resolved first).
 
 `Limits` implements the executor's ``guard`` hook: total steps, per-tool calls and
 repeated sequences of tool calls. Hitting one fails the step with ``LIMIT_EXCEEDED``
@@ -190,7 +191,8 @@ class RecoveryState:
     retries: Counter[tuple[int, int]] = field(default_factory=Counter)
     """Agent-level re-runs per (plan version, step)."""
     seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
-    """How often each failure signature was seen (for the early re-plan)."""
+    """How often each failure signature was seen, per plan version (the early re-plan):
+    keyed by ``(plan_version, *signature)``."""
     decisions: list[Decision] = field(default_factory=list)
     """Every decision, in order."""
 
@@ -208,7 +210,7 @@ class RecoveryPolicy:
         max_replans: Re-plans per run.
         max_reresolutions_per_step: Re-resolutions of one step, per plan.
         max_retries_per_step: Agent-level re-runs of one step, per plan.
-        early_replan: Re-plan when the same failure signature is seen twice.
+        early_replan: Re-plan when the same failure signature is seen twice in one plan.
     """
 
     def __init__(
@@ -261,7 +263,8 @@ class RecoveryPolicy:
         Args:
             failure: The failure.
             state: The run's recovery state.
-            can_replan: False when there is no planner (a given plan): ``REPLAN`` stops.
+            can_replan: False when the run may not re-plan (no planner, or a given plan
+                run by ``execute_plan``): ``REPLAN`` stops.
         """
         if failure.kind is ErrorKind.UPSTREAM_FAILED and failure.cause is not None:
             inner = self.decide(failure.cause, state, can_replan=can_replan)
@@ -281,8 +284,9 @@ class RecoveryPolicy:
         action = self.action_for(kind)
         where = f"step {failure.step_id}" if failure.step_id is not None else "the run"
         tool = f" ({failure.tool})" if failure.tool else ""
-        state.seen[failure.signature] += 1
-        times = state.seen[failure.signature]
+        seen_key = (failure.plan_version, *failure.signature)
+        state.seen[seen_key] += 1
+        times = state.seen[seen_key]
         key = (failure.plan_version, failure.step_id if failure.step_id is not None else -1)
         reason = f"{kind} at {where}{tool}: policy {kind} → {action}"
 
@@ -332,7 +336,10 @@ class RecoveryPolicy:
         if action is Action.REPLAN:
             if not can_replan:
                 action = Action.STOP
-                reason += "; no planner to re-plan with, stopping"
+                reason += (
+                    "; no planner to re-plan with (re-planning is off for a given plan run "
+                    "by execute_plan), stopping"
+                )
             elif state.replans >= self.max_replans:
                 action = Action.STOP
                 reason += f"; re-plan budget ({self.max_replans}) spent, stopping"
@@ -363,7 +370,9 @@ class Limits:
       ``[search, fetch]``) may occur in the run's sequence of tool calls, counted without
       overlap, in call order, across re-plans.
 
-    A refused step is not counted. The message names the limit.
+    A tool is named in a limit by its name (``sites``) or its qualified name
+    (``iot.sites``, when it comes from a server); both match a call of that tool. A
+    refused step is not counted. The message names the limit.
     """
 
     def __init__(
@@ -380,6 +389,8 @@ class Limits:
         """Steps admitted so far."""
         self.calls: list[str] = []
         """Tool names admitted so far, in order."""
+        self.servers: list[str | None] = []
+        """The server of each admitted call (None for a local tool), in order."""
         self.hit: str | None = None
         """The message of the last limit hit, if any."""
 
@@ -392,20 +403,38 @@ class Limits:
             sequence_limits=[(s.pattern, s.max_repeats) for s in settings.sequence_limits],
         )
 
+    def tool_names(self) -> list[str]:
+        """Every tool name the limits mention (per-tool keys and pattern entries)."""
+        names = list(self.per_tool_limits)
+        for pattern, _ in self.sequence_limits:
+            names += [p for p in pattern if p not in names]
+        return names
+
     @staticmethod
-    def count_pattern(calls: Sequence[str], pattern: Sequence[str]) -> int:
-        """Occurrences of ``pattern`` as consecutive calls in ``calls``, without overlap."""
+    def count_pattern(calls: Sequence[Any], pattern: Sequence[str]) -> int:
+        """Occurrences of ``pattern`` as consecutive calls in ``calls``, without overlap.
+
+        A call is a tool name, or a tuple of the names it answers to (``("sites",
+        "iot.sites")``); a pattern entry matches a call that answers to it.
+        """
+
+        def matches(call: Any, name: str) -> bool:
+            return name in call if isinstance(call, tuple) else call == name
+
         n, i, size = 0, 0, len(pattern)
-        pat = list(pattern)
         while i + size <= len(calls):
-            if list(calls[i : i + size]) == pat:
+            if all(matches(calls[i + j], pattern[j]) for j in range(size)):
                 n += 1
                 i += size
             else:
                 i += 1
         return n
 
-    def check(self, tool: str | None) -> str | None:
+    @staticmethod
+    def _names(tool: str, server: str | None) -> tuple[str, ...]:
+        return (tool, f"{server}.{tool}") if server else (tool,)
+
+    def check(self, tool: str | None, server: str | None = None) -> str | None:
         """Return the message of the limit one more step with ``tool`` would exceed."""
         if self.max_steps is not None and self.steps + 1 > self.max_steps:
             return (
@@ -414,15 +443,21 @@ class Limits:
             )
         if tool is None:
             return None
-        limit = self.per_tool_limits.get(tool)
-        if limit is not None and self.calls.count(tool) + 1 > limit:
-            return (
-                f"limit per_tool_limits[{tool!r}]={limit} reached: {tool!r} may be "
-                f"called at most {limit} times per run"
-            )
-        candidate = [*self.calls, tool]
+        names = self._names(tool, server)
+        history = [self._names(t, s) for t, s in zip(self.calls, self.servers, strict=True)]
+        for key in names:
+            limit = self.per_tool_limits.get(key)
+            if limit is None:
+                continue
+            made = sum(1 for h in history if key in h)
+            if made + 1 > limit:
+                return (
+                    f"limit per_tool_limits[{key!r}]={limit} reached: {key!r} may be "
+                    f"called at most {limit} times per run"
+                )
+        candidate = [*history, names]
         for pattern, max_repeats in self.sequence_limits:
-            if tool != pattern[-1]:
+            if pattern[-1] not in names:
                 continue
             count = self.count_pattern(candidate, pattern)
             if count > max_repeats:
@@ -433,17 +468,29 @@ class Limits:
                 )
         return None
 
-    def guard(self, step: Any, tool: str | None = None) -> str | None:
-        """The executor hook: admit the step (counting it) or return the limit's message."""
+    def guard(
+        self, step: Any, tool: str | None = None, *, server: str | None = None
+    ) -> str | None:
+        """The executor hook: admit the step (counting it) or return the limit's message.
+
+        Args:
+            step: The step about to call its tool.
+            tool: The tool's name (the step's by default).
+            server: The tool's server (the step's by default), so that limits naming
+                ``server.tool`` match too.
+        """
         if tool is None and step is not None:
             tool = getattr(step, "tool", None)
-        message = self.check(tool)
+        if server is None and step is not None:
+            server = getattr(step, "server", None)
+        message = self.check(tool, server)
         if message is not None:
             self.hit = message
             return message
         self.steps += 1
         if tool is not None:
             self.calls.append(tool)
+            self.servers.append(server)
         return None
 
     __call__ = guard

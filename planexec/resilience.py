@@ -6,8 +6,9 @@
 - `CircuitBreaker`: ``closed`` → ``open`` after N consecutive failures → ``half_open``
   after ``recovery_time`` (one trial call) → ``closed`` on success, ``open`` again on
   failure. An open breaker fails fast with `CircuitOpenError`. Its clock is injectable.
-- `BreakerRegistry`: one breaker per model provider (``model:openai``) and per tool
-  server (``tool:local``), whose states can be read.
+- `BreakerRegistry`: one breaker per model provider (``model:openai``), per tool
+  server (``tool:iot``) and per local tool (``tool:local:<name>``: local tools do not
+  share a failure), whose states can be read.
 - `with_timeout`: an asyncio-enforced timeout.
 - `ResilientModelClient`: a `ModelClient` that retries transient model errors with
   backoff and jitter behind a breaker, and enforces its timeout on the whole call
@@ -308,8 +309,9 @@ class CircuitBreaker:
 class BreakerRegistry:
     """One `CircuitBreaker` per name, created on first use with shared settings.
 
-    Names used by planexec: ``model:<provider>`` and ``tool:<server>`` (``tool:local``
-    for tools that come from no server).
+    Names used by planexec: ``model:<provider>``, ``tool:<server>`` for the tools of a
+    server (MCP: one breaker per server), and ``tool:local:<name>`` for each tool that
+    comes from no server (a flaky local tool does not block the others).
     """
 
     def __init__(
@@ -336,9 +338,27 @@ class BreakerRegistry:
             self._breakers[name] = breaker
         return breaker
 
-    def tool(self, server: str | None) -> CircuitBreaker:
-        """The breaker of a tool server (``tool:local`` when ``server`` is None)."""
-        return self.get(f"tool:{server or 'local'}")
+    def tool(self, server: str | None, name: str | None = None) -> CircuitBreaker:
+        """The breaker of a tool: its server's, or its own for a local tool.
+
+        Args:
+            server: The tool's server (None for a local tool).
+            name: The tool's name: a local tool gets ``tool:local:<name>``
+                (``tool:local`` when no name is given).
+        """
+        return self.get(self.tool_breaker_name(server, name))
+
+    @staticmethod
+    def tool_breaker_name(server: str | None, name: str | None = None) -> str:
+        """The name of a tool's breaker (see `tool`), without creating the breaker."""
+        if server:
+            return f"tool:{server}"
+        return f"tool:local:{name}" if name else "tool:local"
+
+    def is_open(self, name: str) -> bool:
+        """Whether the breaker called ``name`` exists and is open (half-open is not)."""
+        breaker = self._breakers.get(name)
+        return breaker is not None and breaker.state == "open"
 
     def model(self, provider: str) -> CircuitBreaker:
         """The breaker of a model provider."""

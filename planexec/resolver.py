@@ -269,13 +269,14 @@ def _resolve_value(
     return value, ResolutionMethod.LITERAL
 
 
-def _holds_plan_ref(value: Any) -> bool:
-    if isinstance(value, Ref | Template):
+def _holds(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    """Whether ``value`` is, or holds (in mappings, lists, tuples), an instance of ``kinds``."""
+    if isinstance(value, kinds):
         return True
     if isinstance(value, Mapping):
-        return any(_holds_plan_ref(v) for v in value.values())
+        return any(_holds(v, kinds) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(_holds_plan_ref(v) for v in value)
+        return any(_holds(v, kinds) for v in value)
     return False
 
 
@@ -316,7 +317,7 @@ def _coerce(adapter: TypeAdapter[Any], value: Any) -> tuple[bool, Any]:
     try:
         validated = adapter.validate_python(value)
     except ValidationError:
-        if not _contains_model(value):
+        if not _holds(value, BaseModel):
             raise
         # A pydantic model where plain data is wanted: its data, reported as coerced.
         validated = adapter.validate_python(jsonable(value))
@@ -325,16 +326,6 @@ def _coerce(adapter: TypeAdapter[Any], value: Any) -> tuple[bool, Any]:
     if _same(dumped, jsonable(value)):
         return False, value
     return True, dumped
-
-
-def _contains_model(value: Any) -> bool:
-    if isinstance(value, BaseModel):
-        return True
-    if isinstance(value, Mapping):
-        return any(_contains_model(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_contains_model(v) for v in value)
-    return False
 
 
 def _errors_text(exc: ValidationError, limit: int = 3) -> str:
@@ -610,7 +601,7 @@ class _Resolution:
             methods = {n: methods[n] for n in ordered}
 
         for name, value in values.items():
-            if _holds_plan_ref(value):  # pragma: no cover - guarded by the stages above
+            if _holds(value, (Ref, Template)):  # pragma: no cover - guarded by the stages above
                 return self.fail(
                     ErrorKind.RESOLUTION_FAILED,
                     f"{self.where}: argument '{name}' still holds an unresolved reference",

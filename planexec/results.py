@@ -135,16 +135,21 @@ class Usage:
     """Model calls by purpose: ``plan``, ``resolve``, ``reason``, ``evaluate``, ``answer``."""
     tokens: dict[str, int] = field(default_factory=dict)
     """Tokens by kind (``input``, ``output``, ``total``) where the model reports them."""
+    tokens_by_purpose: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Tokens by purpose, then by kind (``{"plan": {"input": 20, ...}}``); their sums
+    are ``tokens``. Only purposes whose calls reported tokens appear."""
     tool_calls: int = 0
     """Tool call attempts, retries included."""
     wall_time: float = 0.0
     """Seconds from the start of the run to its end."""
 
     def add_llm_call(self, purpose: str, tokens: Mapping[str, int] | None = None) -> None:
-        """Count one model call for ``purpose`` and its tokens, if reported."""
+        """Count one model call for ``purpose`` and its tokens (totals and by purpose)."""
         self.llm_calls[purpose] = self.llm_calls.get(purpose, 0) + 1
         for k, v in (tokens or {}).items():
             self.tokens[k] = self.tokens.get(k, 0) + int(v)
+            by_kind = self.tokens_by_purpose.setdefault(purpose, {})
+            by_kind[k] = by_kind.get(k, 0) + int(v)
 
     @property
     def total_llm_calls(self) -> int:
@@ -156,6 +161,7 @@ class Usage:
         return {
             "llm_calls": dict(self.llm_calls),
             "tokens": dict(self.tokens),
+            "tokens_by_purpose": {p: dict(t) for p, t in self.tokens_by_purpose.items()},
             "tool_calls": self.tool_calls,
             "wall_time": self.wall_time,
         }

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 from typing import Any
 
@@ -25,8 +24,9 @@ from rich.markup import escape
 
 from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
+from planexec.commands._display import STEP_STYLES
 from planexec.commands._tools import add_tool_arguments, open_tools
-from planexec.commands.runs import add_store_arguments, store_from_args
+from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
 from planexec.config import AgentConfig, load_config
 from planexec.events import (
     Event,
@@ -38,17 +38,9 @@ from planexec.events import (
     StepStarted,
 )
 from planexec.models import load_model
-from planexec.results import Run, RunStatus, StepStatus
+from planexec.results import Run, RunStatus
 
 __all__ = ["Progress", "ask_command", "register"]
-
-_STYLE = {
-    StepStatus.SUCCEEDED: "green",
-    StepStatus.FAILED: "red",
-    StepStatus.BLOCKED: "yellow",
-    StepStatus.SKIPPED: "cyan",
-    StepStatus.CANCELLED: "magenta",
-}
 
 
 def register(subparsers: Any) -> None:
@@ -98,7 +90,7 @@ class Progress:
             c.print(f"  [dim]▶ step {event.step_id}[/dim] {escape(event.tool or 'reasoning')}")
         elif isinstance(event, StepFinished):
             r = event.result
-            style = _STYLE.get(r.status, "white")
+            style = STEP_STYLES.get(r.status, "white")
             detail = r.error or r.note or ""
             extra = f": {escape(detail[:160])}" if detail else ""
             c.print(
@@ -145,9 +137,8 @@ def ask_command(args: argparse.Namespace) -> int:
             store.close()
     _print_run(run, as_json=args.json)
     if store is not None and not args.quiet:
-        where = f" --store {shlex.quote(args.store)}" if args.store else ""
         console.print(
-            f"recorded as run {run.run_id}: planexec runs show {run.run_id}{where}",
+            recorded_message(args, run.run_id),
             style="dim",
             markup=False,
         )

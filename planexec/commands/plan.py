@@ -88,6 +88,13 @@ def _fail(args: argparse.Namespace, message: str) -> int:
     return 2
 
 
+def _fail_load(args: argparse.Namespace, exc: PlanexecError) -> int:
+    """`_fail` for an error raised while loading the plan (or the tools)."""
+    if isinstance(exc, PlanParseError):
+        return _fail(args, f"no plan in {args.file}: {exc}")
+    return _fail(args, str(exc))
+
+
 def _load(args: argparse.Namespace) -> Plan:
     text = _read(args.file)
     return parse_plan(text, args.dialect, draft_policy=args.draft_policy)
@@ -96,10 +103,8 @@ def _load(args: argparse.Namespace) -> Plan:
 def _cmd_parse(args: argparse.Namespace) -> int:
     try:
         plan = _load(args)
-    except PlanParseError as exc:
-        return _fail(args, f"no plan in {args.file}: {exc}")
     except PlanexecError as exc:
-        return _fail(args, str(exc))
+        return _fail_load(args, exc)
     _print_plan(plan, as_json=args.json)
     return 0
 
@@ -110,10 +115,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     try:
         catalog = ToolCatalog(load_tools(args.tools))
         plan = _load(args)
-    except PlanParseError as exc:
-        return _fail(args, f"no plan in {args.file}: {exc}")
     except PlanexecError as exc:
-        return _fail(args, str(exc))
+        return _fail_load(args, exc)
     plan = check_plan(plan, catalog)
     _print_plan(plan, as_json=args.json)
     return 1 if plan.has_errors else 0
@@ -122,10 +125,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     try:
         plan = _load(args)
-    except PlanParseError as exc:
-        return _fail(args, f"no plan in {args.file}: {exc}")
     except PlanexecError as exc:
-        return _fail(args, str(exc))
+        return _fail_load(args, exc)
     render = {"mermaid": render_mermaid, "dot": render_dot, "text": render_text}[args.format]
     print(render(plan))
     return 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 import uuid
 from pathlib import Path
@@ -26,8 +25,9 @@ from rich.console import Console
 from rich.table import Table
 
 from planexec._models import ModelClient
+from planexec.commands._display import STEP_STYLES
 from planexec.commands._tools import add_tool_arguments, open_tools
-from planexec.commands.runs import add_store_arguments, store_from_args
+from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
 from planexec.errors import ConfigError, PlanParseError
 from planexec.events import EventBus, PlanCreated, RunFinished, RunStarted
 from planexec.executor import Executor, ExecutorConfig, ModelReasoner
@@ -40,14 +40,6 @@ from planexec.store import RunStore
 from planexec.tools import ToolCatalog
 
 __all__ = ["register", "run_command"]
-
-_STYLE = {
-    StepStatus.SUCCEEDED: "green",
-    StepStatus.FAILED: "red",
-    StepStatus.BLOCKED: "yellow",
-    StepStatus.SKIPPED: "cyan",
-    StepStatus.CANCELLED: "magenta",
-}
 
 
 def register(subparsers: Any) -> None:
@@ -196,11 +188,7 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         _print_table(plan, results, usage)
     if store is not None:
-        where = f" --store {shlex.quote(args.store)}" if args.store else ""
-        print(
-            f"recorded as run {run_id}: planexec runs show {run_id}{where}",
-            file=sys.stderr,
-        )
+        print(recorded_message(args, run_id), file=sys.stderr)
     return _exit_code(results)
 
 
@@ -218,7 +206,7 @@ def _print_table(plan: Plan, results: list[StepResult], usage: Usage) -> None:
     table.add_column("error / note", overflow="fold")
     for r in results:
         methods = ", ".join(f"{k}={v}" for k, v in r.resolution.items()) or "-"
-        style = _STYLE.get(r.status, "")
+        style = STEP_STYLES.get(r.status, "")
         status = str(r.status) + (f" ({r.error_kind})" if r.error_kind else "")
         table.add_row(
             str(r.step_id),

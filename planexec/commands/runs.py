@@ -22,12 +22,14 @@ import asyncio
 import datetime as dt
 import html
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planexec._log import run_log
+from planexec._text import snippet
 from planexec.errors import ConfigError, MissingExtraError, RunError, require_extra
 from planexec.results import RunStatus, StepStatus
 from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
@@ -36,6 +38,7 @@ from planexec.store.base import RunRecord
 __all__ = [
     "TimelineBar",
     "add_store_arguments",
+    "recorded_message",
     "register",
     "render_timeline_html",
     "render_timeline_png",
@@ -81,6 +84,21 @@ def store_from_args(args: argparse.Namespace) -> RunStore | None:
     if getattr(args, "no_store", False):
         return None
     return open_store(getattr(args, "store", None))
+
+
+def recorded_message(args: argparse.Namespace, run_id: str) -> str:
+    """The line that tells where a run was recorded and how to show it.
+
+    Args:
+        args: the parsed options of `add_store_arguments` (``--store`` is repeated in
+            the command shown when it was given).
+        run_id: the run.
+
+    Returns:
+        e.g. ``recorded as run run-1a2b: planexec runs show run-1a2b --store runs.db``.
+    """
+    where = f" --store {shlex.quote(args.store)}" if args.store else ""
+    return f"recorded as run {run_id}: planexec runs show {run_id}{where}"
 
 
 # ---------------------------------------------------------------------- registration
@@ -166,11 +184,6 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
-def _short(text: str | None, limit: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _duration(record: RunRecord) -> float | None:
     if record.created_at is None:
         return None
@@ -212,9 +225,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
         if dead_letter:
             reason = f"[{r.error_kind}] {r.error}" if r.error_kind and r.error else r.error
-            line += f"{_short(r.question, 32):<32} {_short(reason, 100)}"
+            line += f"{snippet(r.question, 32):<32} {snippet(reason or '', 100)}"
         else:
-            line += _short(r.question, 60)
+            line += snippet(r.question, 60)
         print(line.rstrip())
     return 0
 

@@ -333,6 +333,12 @@ class _Driver:
             await self._deliver(RunFinished(run_id=att.run_id, status="FAILED", error=reason))
             att.run_finished = True
 
+    async def _give_up(self, att: _Attempt, state: _JobState, reason: str) -> None:
+        """Log ``reason``, close the attempt's run in the store and finish the job FAILED."""
+        logger.bind(run_id=att.run_id).warning(reason)
+        await self._record_failed(att, reason)
+        self._finish(state, "FAILED", None, reason)
+
     # -- outcomes ------------------------------------------------------------------------
 
     def _finish(self, state: _JobState, status: str, result: Any, error: str | None) -> None:
@@ -360,9 +366,7 @@ class _Driver:
                 f"run {att.run_id}: the job raised {type(cause).__name__}: "
                 f"{first_line(cause)}"
             )
-            logger.bind(run_id=att.run_id).warning(reason)
-            await self._record_failed(att, reason)
-            self._finish(state, "FAILED", None, reason)
+            await self._give_up(att, state, reason)
             return None
         except worker_lost_errors() as exc:
             lost = f"{type(exc).__name__}: {first_line(exc)}"
@@ -374,18 +378,14 @@ class _Driver:
                     f"outcome is unknown (tools are retried only when read-only or "
                     f"idempotent)"
                 )
-                logger.bind(run_id=att.run_id).warning(reason)
-                await self._record_failed(att, reason)
-                self._finish(state, "FAILED", None, reason)
+                await self._give_up(att, state, reason)
                 return None
             if att.number > self.max_retries:
                 reason = (
                     f"run {att.run_id}: its Ray worker died mid-run ({lost}); "
                     f"no retries left ({self.max_retries} allowed)"
                 )
-                logger.bind(run_id=att.run_id).warning(reason)
-                await self._record_failed(att, reason)
-                self._finish(state, "FAILED", None, reason)
+                await self._give_up(att, state, reason)
                 return None
             why = "its tools are safe to repeat" if not unsafe else "retry_unsafe=True"
             reason = (

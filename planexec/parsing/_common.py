@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from planexec._log import step_log
+from planexec._text import snippet
 from planexec.parsing.refs import parse_path, path_like_suffixes
 from planexec.plan import Diagnostic, Ref, Severity, format_path, iter_refs
 
@@ -14,12 +15,6 @@ __all__ = ["Diagnostics", "describe_text", "normalize_tool", "ref_suffix_message
 _TOOL_CALL_RE = re.compile(r"^([^()\s]+)\s*\((.*)\)$", re.S)
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
 _NONE_WORDS = {"", "none", "null", "nil", "n/a"}
-
-
-def snippet(text: str, width: int = 60) -> str:
-    """Shorten ``text`` to one line of at most ``width`` characters."""
-    one = " ".join(text.split())
-    return one if len(one) <= width else one[: width - 1] + "…"
 
 
 def ref_suffix_message(ref: Ref, suffix: str, step: int) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planexec._log import step_log
+from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import ref_suffix_message
 from planexec.parsing.jsonrepair import repair_json
@@ -100,7 +101,6 @@ _NONE_WORDS = {"", "none", "null", "nil", "n/a", "na", "-", "no", "nothing", "(n
 _DEP_TOKEN_RE = re.compile(r"^#?\s*(?:s|step|task|e|step_)?\s*<?(\d{1,9})>?\.?$", re.IGNORECASE)
 _TOOL_CALL_RE = re.compile(r"^([A-Za-z_][\w.\-]*)\s*\((.*)\)$", re.DOTALL)
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
-_SNIPPET = 60
 _ALWAYS_KEPT = {"REASONING_DROPPED", "DRAFTS_FOUND", "SPECIAL_TOKEN", "BOXED_ANSWER", "CODE_FENCE"}
 
 
@@ -162,11 +162,6 @@ class _State:
         step: int | None = None,
     ) -> None:
         self.diags.append(Diagnostic(line, severity, code, message, step))
-
-
-def _snippet(text: str, n: int = _SNIPPET) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "\u2026"
 
 
 def _open_brackets(text: str) -> bool:
@@ -294,7 +289,7 @@ def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
                 Severity.INFO,
                 "PROSE_IGNORED",
                 f"ignored {len(prose)} line(s) of text outside the plan fields "
-                f"(lines {first}-{prose[-1][0]}): {_snippet(text)!r}",
+                f"(lines {first}-{prose[-1][0]}): {snippet(text)!r}",
             )
             prose.clear()
 
@@ -504,8 +499,8 @@ def _pick_fields(block: _Block, sid: int, st: _State) -> dict[str, _Field]:
             + (
                 " with the same value; ignored the repeat"
                 if same
-                else f"; kept the first value {_snippet(prev.value, 40)!r} (line {prev.line}),"
-                f" ignored {_snippet(fld.value, 40)!r}"
+                else f"; kept the first value {snippet(prev.value, 40)!r} (line {prev.line}),"
+                f" ignored {snippet(fld.value, 40)!r}"
             ),
             sid,
         )
@@ -595,7 +590,7 @@ def _parse_deps(value: str, line: int, sid: int, st: _State) -> tuple[int, ...]:
             Severity.WARNING,
             "DEPENDENCY_UNREADABLE",
             f"#Dependency of step {sid} has words that name no step: "
-            f"{_snippet(' '.join(bad), 50)!r}; read only {sorted(deps) or 'none'}",
+            f"{snippet(' '.join(bad), 50)!r}; read only {sorted(deps) or 'none'}",
             sid,
         )
     return tuple(sorted(deps))
@@ -660,7 +655,7 @@ def _parse_args(
             line,
             Severity.ERROR,
             code,
-            f"#Args of step {sid} {what}: {result.error} (in {_snippet(text, 50)!r}); "
+            f"#Args of step {sid} {what}: {result.error} (in {snippet(text, 50)!r}); "
             "the step must not run as written",
             sid,
         )
@@ -695,7 +690,7 @@ def _parse_args(
             line,
             Severity.WARNING,
             "ARGS_POSITIONAL",
-            f"#Args of step {sid} is {kind} ({_snippet(text, 40)!r}), not a JSON object; "
+            f"#Args of step {sid} is {kind} ({snippet(text, 40)!r}), not a JSON object; "
             "bound as the single positional argument (the tool's first parameter)",
             sid,
         )
@@ -709,7 +704,7 @@ def _parse_args(
                 line,
                 Severity.WARNING,
                 "PLACEHOLDER_UNRECOGNIZED",
-                f"{path} of step {sid} holds {_snippet(s, 40)!r}, which looks like a "
+                f"{path} of step {sid} holds {snippet(s, 40)!r}, which looks like a "
                 "placeholder but is no reference the grammar reads; the executor will "
                 "refuse to pass it to a tool",
                 sid,
@@ -775,7 +770,7 @@ def _build_step(block: _Block, st: _State) -> Step | None:
                 block.last_line,
                 Severity.WARNING,
                 "STEP_TRUNCATED",
-                f"the reply ends inside step {sid} ({_snippet(expected or task, 40)!r} is "
+                f"the reply ends inside step {sid} ({snippet(expected or task, 40)!r} is "
                 "cut off); the step is kept, later steps may be missing",
                 sid,
             )
@@ -811,7 +806,7 @@ def _no_plan_message(text: str, lines: list[tuple[int, str]]) -> str:
     if not text.strip():
         return "empty reply"
     body = " ".join(t.strip() for _, t in lines if t.strip()) or text.strip()
-    return f"prose without any step: {_snippet(body, 80)!r}"
+    return f"prose without any step: {snippet(body, 80)!r}"
 
 
 def parse_hashstep(text: str, *, draft_policy: str = "last_complete") -> Plan:
@@ -876,7 +871,7 @@ def parse_hashstep(text: str, *, draft_policy: str = "last_complete") -> Plan:
     if not steps:
         raise PlanParseError(
             "only a step cut off before any content: "
-            f"{_snippet(' '.join(t for _, t in lines if t.strip()), 80)!r}",
+            f"{snippet(' '.join(t for _, t in lines if t.strip()), 80)!r}",
             tuple(st.diags),
         )
     diags = sorted(st.diags, key=lambda d: d.line if d.line is not None else 0)

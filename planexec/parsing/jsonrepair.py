@@ -486,9 +486,20 @@ def repair_json(text: str) -> RepairResult:
         return RepairResult(None, (), f"could not read the text: {exc}", False)
 
 
-def _balanced_end(text: str, start: int) -> int | None:
-    """Index just past the bracket matching ``text[start]`` (quote-aware), or None."""
-    depth = 0
+def _closing_bracket(
+    text: str,
+    start: int,
+    *,
+    depth: int = 0,
+    quotes: str = '"',
+    opens: str = "{[",
+    closes: str = "}]",
+) -> int | None:
+    """Index of the bracket that brings ``depth`` back to 0, scanning from ``start``.
+
+    Quote-aware: brackets inside a string opened by one of ``quotes`` do not count
+    (a backslash escapes the next character). None when the text ends first.
+    """
     quote = ""
     i = start
     n = len(text)
@@ -500,16 +511,22 @@ def _balanced_end(text: str, start: int) -> int | None:
                 continue
             if ch == quote:
                 quote = ""
-        elif ch == '"':
+        elif ch in quotes:
             quote = ch
-        elif ch in "{[":
+        elif ch in opens:
             depth += 1
-        elif ch in "}]":
+        elif ch in closes:
             depth -= 1
             if depth == 0:
-                return i + 1
+                return i
         i += 1
     return None
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """Index just past the bracket matching ``text[start]`` (quote-aware), or None."""
+    end = _closing_bracket(text, start)
+    return None if end is None else end + 1
 
 
 def extract_json_object(text: str) -> Any | None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from planexec.errors import PlanParseError
 from planexec.parsing._common import Diagnostics, describe_text, normalize_tool, snippet
-from planexec.parsing.jsonrepair import _Fail, _Reader
+from planexec.parsing.jsonrepair import _closing_bracket, _Fail, _Reader
 from planexec.parsing.refs import find_refs, ref_at
 from planexec.plan import Plan, Severity, Step, iter_refs
 
@@ -51,28 +51,7 @@ _KW_RE = re.compile(r"([A-Za-z_]\w*)\s*=(?!=)")
 
 def _call_end(text: str, start: int) -> int | None:
     """Index of the ``)`` closing a call whose ``(`` is just before ``start``."""
-    depth = 1
-    quote = ""
-    i = start
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
+    return _closing_bracket(text, start, depth=1, quotes="\"'", opens="([{", closes=")]}")
 
 
 class _CallReader(_Reader):

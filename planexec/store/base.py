@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,13 +22,16 @@ from planexec.results import RunStatus, StepResult
 __all__ = [
     "EXPORT_FORMAT",
     "CHECKPOINT_EVENTS",
+    "RUN_FIELDS",
     "RecordedPlan",
     "RecordedStep",
     "RunRecord",
     "RunStore",
     "StartedCall",
     "effective_status",
+    "export_document",
     "pid_alive",
+    "run_record",
     "unmatched_calls",
 ]
 
@@ -45,6 +49,12 @@ may be held in memory and committed with the run's next checkpoint event.
 """
 
 HOST = socket.gethostname()
+
+RUN_FIELDS = (
+    "run_id", "question", "config", "status", "created_at", "updated_at", "finished_at",
+    "answer", "error", "error_kind", "plan_version", "pid", "host",
+)
+"""What a store keeps about a run (the `RunRecord` fields but ``step_counts``), in order."""
 
 
 @dataclass(frozen=True)
@@ -288,3 +298,52 @@ def unmatched_calls(events: Iterable[dict[str, Any]]) -> list[StartedCall]:
             result = ev.get("result") or {}
             open_calls.pop((int(ev.get("plan_version", 1)), int(result.get("step_id", -1))), None)
     return sorted(open_calls.values(), key=lambda c: (c.plan_version, c.step_id))
+
+
+def run_record(fields: Mapping[str, Any], step_counts: dict[str, int]) -> RunRecord:
+    """Build the `RunRecord` a store gives back from what it keeps about a run.
+
+    The recorded status is made current (`effective_status`), and ``error_kind`` is
+    given only for a run that did not succeed.
+
+    Args:
+        fields: the run's stored values, one for each name in `RUN_FIELDS` (``status``
+            as recorded, ``config`` already decoded).
+        step_counts: the latest plan's step results by status.
+
+    Returns:
+        The record.
+    """
+    status = effective_status(fields["status"], fields["pid"], fields["host"])
+    return RunRecord(
+        run_id=fields["run_id"],
+        question=fields["question"],
+        status=status,
+        config=fields["config"],
+        created_at=fields["created_at"],
+        updated_at=fields["updated_at"],
+        finished_at=fields["finished_at"],
+        answer=fields["answer"],
+        error=fields["error"],
+        error_kind=fields["error_kind"] if status is not RunStatus.SUCCEEDED else None,
+        plan_version=fields["plan_version"],
+        step_counts=step_counts,
+        pid=fields["pid"],
+        host=fields["host"],
+    )
+
+
+def export_document(store: RunStore, run_id: str) -> dict[str, Any]:
+    """Everything ``store`` recorded about a run as one JSON document (`RunStore.export`).
+
+    Raises:
+        RunNotFoundError: no such run.
+    """
+    return {
+        "format": EXPORT_FORMAT,
+        "exported_at": time.time(),
+        "run": store.get_run(run_id).to_dict(),
+        "plans": [p.to_dict() for p in store.plans(run_id)],
+        "steps": [s.to_dict() for s in store.step_results(run_id)],
+        "events": store.events(run_id),
+    }

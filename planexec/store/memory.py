@@ -16,13 +16,14 @@ from planexec.errors import RunNotFoundError
 from planexec.events import Event, EventBus
 from planexec.results import RunStatus, StepStatus
 from planexec.store.base import (
-    EXPORT_FORMAT,
     HOST,
+    RUN_FIELDS,
     RecordedPlan,
     RecordedStep,
     RunRecord,
     StartedCall,
-    effective_status,
+    export_document,
+    run_record,
     unmatched_calls,
 )
 from planexec.store.codec import event_to_json, plan_from_json, result_from_json
@@ -41,7 +42,7 @@ class _RunState:
     finished_at: float | None = None
     answer: str | None = None
     error: str | None = None
-    last_error_kind: str | None = None
+    error_kind: str | None = None
     plan_version: int | None = None
     pid: int | None = None
     host: str | None = None
@@ -107,9 +108,9 @@ class MemoryRunStore:
                 state.steps.pop(key, None)  # re-recorded results move to the end
                 state.steps[key] = (self._seq, result, event.ts)
                 if result["status"] == str(StepStatus.FAILED) and result.get("error_kind"):
-                    state.last_error_kind = result["error_kind"]
+                    state.error_kind = result["error_kind"]
             elif kind == "RecoveryDecided" and data.get("error_kind"):
-                state.last_error_kind = data["error_kind"]
+                state.error_kind = data["error_kind"]
             elif kind == "RunFinished":
                 state.status = str(RunStatus(data["status"]))
                 state.answer = data.get("answer")
@@ -129,23 +130,9 @@ class MemoryRunStore:
         for (version, _), (_, result, _) in s.steps.items():
             if version == s.plan_version or s.plan_version is None:
                 counts[result["status"]] = counts.get(result["status"], 0) + 1
-        status = effective_status(s.status, s.pid, s.host)
-        return RunRecord(
-            run_id=s.run_id,
-            question=s.question,
-            status=status,
-            config=dict(s.config),
-            created_at=s.created_at,
-            updated_at=s.updated_at,
-            finished_at=s.finished_at,
-            answer=s.answer,
-            error=s.error,
-            error_kind=s.last_error_kind if status is not RunStatus.SUCCEEDED else None,
-            plan_version=s.plan_version,
-            step_counts=counts,
-            pid=s.pid,
-            host=s.host,
-        )
+        fields = {name: getattr(s, name) for name in RUN_FIELDS}
+        fields["config"] = dict(s.config)
+        return run_record(fields, counts)
 
     def get_run(self, run_id: str) -> RunRecord:
         """Return a run's record (raises `RunNotFoundError`)."""
@@ -197,14 +184,7 @@ class MemoryRunStore:
 
     def export(self, run_id: str) -> dict[str, Any]:
         """Return everything recorded about a run as one JSON document."""
-        return {
-            "format": EXPORT_FORMAT,
-            "exported_at": time.time(),
-            "run": self.get_run(run_id).to_dict(),
-            "plans": [p.to_dict() for p in self.plans(run_id)],
-            "steps": [s.to_dict() for s in self.step_results(run_id)],
-            "events": self.events(run_id),
-        }
+        return export_document(self, run_id)
 
     def mark_status(
         self,
@@ -222,7 +202,7 @@ class MemoryRunStore:
             s.error = error
             s.updated_at = time.time()
             if error_kind is not None:
-                s.last_error_kind = error_kind
+                s.error_kind = error_kind
             if st is RunStatus.RUNNING:
                 s.pid, s.host, s.finished_at = os.getpid(), HOST, None
             elif st is not RunStatus.INTERRUPTED:

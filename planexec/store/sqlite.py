@@ -41,13 +41,14 @@ from planexec.events import Event, EventBus
 from planexec.results import RunStatus
 from planexec.store.base import (
     CHECKPOINT_EVENTS,
-    EXPORT_FORMAT,
     HOST,
+    RUN_FIELDS,
     RecordedPlan,
     RecordedStep,
     RunRecord,
     StartedCall,
-    effective_status,
+    export_document,
+    run_record,
     unmatched_calls,
 )
 from planexec.store.codec import event_to_json, plan_from_json, result_from_json
@@ -549,37 +550,19 @@ class SQLiteRunStore:
     # -- reading ---------------------------------------------------------------------
 
     def _record(self, conn: sqlite3.Connection, row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
-        (run_id, question, config, status, created_at, updated_at, finished_at, answer, error,
-         error_kind, plan_version, pid, host) = row
+        fields = dict(zip(RUN_FIELDS, row, strict=True))
+        fields["config"] = json.loads(fields["config"] or "{}")
+        plan_version = fields["plan_version"]
         counts = dict(
             conn.execute(
                 "SELECT status, COUNT(*) FROM step_results WHERE run_id = ? AND plan_version = ? "
                 "GROUP BY status",
-                (run_id, plan_version if plan_version is not None else 1),
+                (fields["run_id"], plan_version if plan_version is not None else 1),
             ).fetchall()
         )
-        st = effective_status(status, pid, host)
-        return RunRecord(
-            run_id=run_id,
-            question=question,
-            status=st,
-            config=json.loads(config or "{}"),
-            created_at=created_at,
-            updated_at=updated_at,
-            finished_at=finished_at,
-            answer=answer,
-            error=error,
-            error_kind=error_kind if st is not RunStatus.SUCCEEDED else None,
-            plan_version=plan_version,
-            step_counts=counts,
-            pid=pid,
-            host=host,
-        )
+        return run_record(fields, counts)
 
-    _RUN_COLUMNS = (
-        "run_id, question, config, status, created_at, updated_at, finished_at, answer, "
-        "error, error_kind, plan_version, pid, host"
-    )
+    _RUN_COLUMNS = ", ".join(RUN_FIELDS)
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
@@ -698,14 +681,7 @@ class SQLiteRunStore:
 
     def export(self, run_id: str) -> dict[str, Any]:
         """Return everything recorded about a run as one JSON document."""
-        return {
-            "format": EXPORT_FORMAT,
-            "exported_at": time.time(),
-            "run": self.get_run(run_id).to_dict(),
-            "plans": [p.to_dict() for p in self.plans(run_id)],
-            "steps": [s.to_dict() for s in self.step_results(run_id)],
-            "events": self.events(run_id),
-        }
+        return export_document(self, run_id)
 
     def close(self) -> None:
         """Commit buffered events and close the connection."""
