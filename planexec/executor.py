@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -53,7 +53,7 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.parsing.refs import contains_placeholder
-from planexec.plan import Plan, Ref, Step, Template, iter_refs
+from planexec.plan import Plan, Ref, Step, Template, iter_refs, to_jsonable
 from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
 from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage, jsonable
@@ -200,6 +200,10 @@ class ModelReasoner:
         if self.question:
             lines += ["Question:", self.question, ""]
         lines += [f"Task (step {step.id}):", step.task or "(no task text)", ""]
+        if step.args or step.positional:
+            # a reasoning step with #Args (ARGS_WITHOUT_TOOL): shown as written
+            written = to_jsonable(step.args) if step.args else to_jsonable(list(step.positional))
+            lines += ["Arguments written in the plan:", _as_text(written), ""]
         if inputs:
             per = max(200, self.budget // len(inputs))
             lines.append("Results of earlier steps:")
@@ -306,7 +310,9 @@ def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
     if isinstance(value, Ref | Template):
         return value
     if isinstance(value, Mapping):
-        for v in value.values():
+        for k, v in value.items():
+            if isinstance(k, str) and contains_placeholder(k, dialect=dialect):
+                return k  # a key is checked like a value
             found = _unresolved(v, dialect)
             if found is not None:
                 return found
@@ -407,6 +413,9 @@ class Executor:
         """The limit hook."""
         self.runner: ToolRunner = runner if runner is not None else LocalToolRunner()
         """Makes tool calls."""
+        attach = getattr(self.runner, "attach_catalog", None)
+        if callable(attach):  # optional hook: e.g. Ray hosts tools that share state together
+            attach(catalog)
         if reasoner is not None and isinstance(reasoner, ModelReasoner):
             reasoner = reasoner.bind(usage=self.usage, bus=self.bus, run_id=run_id)
         self.reasoner = reasoner
@@ -710,7 +719,7 @@ class Executor:
                     StepStatus.FAILED,
                     ErrorKind.ARGS_SYNTAX,
                     f"step {step.id}: the arguments of tool {step.tool!r} could not be "
-                    f"read{text}; the tool was not called",
+                    f"read as written{text} (see the plan's error diagnostics); the tool was not called",
                 )
             spec = await self._lookup(step)
             ctx.tool, ctx.server = spec.name, spec.server or step.server
@@ -739,9 +748,9 @@ class Executor:
             client=self.client,
         )
         ctx.llm_calls += resolved.llm_calls
+        ctx.resolution = dict(resolved.methods)  # partial on a failure
         if isinstance(resolved, ResolutionFailure):
             raise _StepFailed(StepStatus.FAILED, resolved.kind, _named(step.id, resolved.message))
-        ctx.resolution = dict(resolved.methods)
         args = dict(resolved.args)
         ctx.phase = "calling"
         self._check_invariant(step, args)
@@ -761,6 +770,9 @@ class Executor:
 
     async def _lookup(self, step: Step) -> ToolSpec:
         assert step.tool is not None
+        down = getattr(self.catalog, "unavailable", None) or {}
+        if step.server is not None and step.server in down:  # its server could not start
+            self._unavailable(step, self.catalog.unavailable_reason(step.tool, step.server))
         try:
             spec = self.catalog.lookup(step.tool, step.server)
             if spec is None and step.server:
@@ -781,6 +793,10 @@ class Executor:
                 f"step {step.id}: {exc}; the tool was not called",
             ) from exc
         if spec is None:
+            if down:
+                reason = self.catalog.unavailable_reason(step.tool, step.server)
+                if reason is not None:
+                    self._unavailable(step, reason)
             close = self.catalog.suggest(step.tool)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             where = f" (server {step.server!r})" if step.server else ""
@@ -790,6 +806,15 @@ class Executor:
                 f"step {step.id}: unknown tool {step.tool!r}{where}{hint} The tool was not called.",
             )
         return spec
+
+    def _unavailable(self, step: Step, reason: str | None) -> NoReturn:
+        """Fail a step whose tool's MCP server could not start (``TOOL_ERROR``)."""
+        raise _StepFailed(
+            StepStatus.FAILED,
+            ErrorKind.TOOL_ERROR,
+            f"step {step.id}: tool {step.tool!r} cannot be called: "
+            f"{reason or 'its server could not start'}",
+        )
 
     def _check_references(
         self, step: Step, results: Mapping[int, StepResult], plan_ids: set[int]

@@ -144,6 +144,7 @@ def catalog_with_output(catalog: ToolCatalog, output_type: type[BaseModel] | Non
     return ToolCatalog(
         [*(s.tool for s in specs), output_tool(output_type)],
         hints={s.qualified_name: s.hints for s in specs},
+        unavailable=catalog.unavailable,
     )
 
 

@@ -103,6 +103,8 @@ class ResolutionFailure:
     """Model calls made before failing."""
     reply: str | None = None
     """The last fallback reply (cut to `REPLY_CUT` characters), if one was unusable."""
+    methods: dict[str, ResolutionMethod] = field(default_factory=dict)
+    """How the arguments that did resolve got their values (the others are absent)."""
 
 
 class _NeedsFallback(Exception):
@@ -233,34 +235,118 @@ def _check_literal(text: str) -> None:
         )
 
 
+def _json_state(text: str, in_str: bool) -> bool:
+    """Whether JSON text ends inside a double-quoted string, starting in ``in_str``."""
+    escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+    return in_str
+
+
+def _looks_like_json(text: str) -> bool:
+    stripped = text.strip()
+    return len(stripped) >= 2 and stripped[0] + stripped[-1] in ("{}", "[]")
+
+
+def _parses_as_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _interpolate(
+    template: Template, results: Mapping[int, StepResult], notes: list[str] | None
+) -> str:
+    """Write a template's references into its text.
+
+    Plain text gets strings as they are and other values as compact JSON. When the
+    template is JSON text (escaped JSON in a string, ``[{"site": {step_1.site}}]``),
+    each value is written as JSON instead: a JSON value where the reference stands for
+    one (strings quoted), JSON-escaped text inside a quoted string. That form is used
+    when it parses as JSON, with a note; JSON-looking text that parses in neither form
+    gets a note too, and is written plainly.
+    """
+    plain: list[str] = []
+    as_json: list[str] = []
+    in_str = False
+    for part in template.parts:
+        if isinstance(part, Ref):
+            resolved, _ = _resolve_ref(part, results)
+            text = _as_text(resolved)
+            plain.append(text)
+            if in_str:
+                as_json.append(json.dumps(text, ensure_ascii=False)[1:-1])
+            else:
+                as_json.append(_compact(resolved))
+        else:
+            _check_literal(part)
+            plain.append(part)
+            as_json.append(part)
+            in_str = _json_state(part, in_str)
+    out = "".join(plain)
+    if not _looks_like_json(out) and not _looks_like_json("".join(as_json)):
+        return out
+    json_text = "".join(as_json)
+    if json_text != out and _parses_as_json(json_text):
+        if notes is not None:
+            notes.append(
+                f"the text around {', '.join(r.raw or r.canonical for r in template.refs)} is "
+                f"JSON, so the values were written as JSON: {_short(json_text)} (plain "
+                f"interpolation would give {_short(out)})"
+            )
+        out = json_text
+    elif not _parses_as_json(out) and notes is not None:
+        notes.append(
+            f"the text around {', '.join(r.raw or r.canonical for r in template.refs)} looks "
+            f"like JSON, but the interpolated text {_short(out)} is not valid JSON"
+        )
+    return out
+
+
 def _resolve_value(
-    value: Any, results: Mapping[int, StepResult]
+    value: Any, results: Mapping[int, StepResult], notes: list[str] | None = None
 ) -> tuple[Any, ResolutionMethod]:
-    """Resolve every reference in a nested value; raise `_NeedsFallback` if one can't."""
+    """Resolve every reference in a nested value; raise `_NeedsFallback` if one can't.
+
+    ``notes`` collects warnings about JSON-aware interpolation (see `_interpolate`).
+    """
     if isinstance(value, Ref):
         return _resolve_ref(value, results)
     if isinstance(value, Template):
-        parts: list[str] = []
-        for part in value.parts:
-            if isinstance(part, Ref):
-                resolved, _ = _resolve_ref(part, results)
-                parts.append(_as_text(resolved))
-            else:
-                _check_literal(part)
-                parts.append(part)
-        return "".join(parts), ResolutionMethod.INTERPOLATED
+        text = _interpolate(value, results, notes)
+        if contains_placeholder(text):
+            raise _NeedsFallback(
+                f"interpolating {value.canonical!r} gave {_short(text)}, which still looks "
+                "like a reference (a reference written inside another placeholder?)"
+            )
+        return text, ResolutionMethod.INTERPOLATED
     if isinstance(value, Mapping):
         out: dict[Any, Any] = {}
         methods: list[ResolutionMethod] = []
         for k, v in value.items():
-            out[k], m = _resolve_value(v, results)
+            if isinstance(k, str) and contains_placeholder(k):
+                raise _NeedsFallback(
+                    f"the dict key {k!r} looks like a reference or placeholder; keys are "
+                    "never resolved"
+                )
+            out[k], m = _resolve_value(v, results, notes)
             methods.append(m)
         return out, _strongest(methods)
     if isinstance(value, list | tuple):
         items: list[Any] = []
         methods = []
         for v in value:
-            item, m = _resolve_value(v, results)
+            item, m = _resolve_value(v, results, notes)
             items.append(item)
             methods.append(m)
         return items, _strongest(methods)
@@ -430,6 +516,7 @@ class _Resolution:
             base = resolver.client
             self.client = base.bind(usage=base.usage, bus=bus or base.bus, run_id=run_id)
         self.llm_calls = 0
+        self.methods: dict[str, ResolutionMethod] = {}
         self.log = step_log(run_id, step.id)
 
     # -- helpers -------------------------------------------------------------------
@@ -443,7 +530,12 @@ class _Resolution:
         self, kind: ErrorKind, message: str, arg: str | None = None, reply: str | None = None
     ) -> ResolutionFailure:
         return ResolutionFailure(
-            kind=kind, message=message, arg=arg, llm_calls=self.llm_calls, reply=reply
+            kind=kind,
+            message=message,
+            arg=arg,
+            llm_calls=self.llm_calls,
+            reply=reply,
+            methods=dict(self.methods),
         )
 
     async def warn(self, code: str, message: str) -> None:
@@ -540,15 +632,18 @@ class _Resolution:
             return failure
 
         values: dict[str, Any] = {}
-        methods: dict[str, ResolutionMethod] = {}
+        methods = self.methods  # kept on failures too (`ResolutionFailure.methods`)
         needs: dict[str, _Need] = {}
         for name, value in bound.items():
             refs = tuple(r.raw or r.canonical for r in iter_refs(value))
+            notes: list[str] = []
             try:
-                resolved, method = _resolve_value(value, self.results)
+                resolved, method = _resolve_value(value, self.results, notes)
             except _NeedsFallback as exc:
                 needs[name] = _Need(to_jsonable(value), refs, [exc.reason])
                 continue
+            for note in notes:
+                await self.warn("ARG_INTERPOLATED_JSON", f"{self.where}: argument '{name}': {note}")
             adapter = _adapter(spec.args_schema, name) if spec is not None else None
             if adapter is not None:
                 try:
@@ -598,7 +693,7 @@ class _Resolution:
                 methods[name] = ResolutionMethod.LLM
             ordered = [n for n in bound if n in values] + [n for n in values if n not in bound]
             values = {n: values[n] for n in ordered}
-            methods = {n: methods[n] for n in ordered}
+            self.methods = methods = {n: methods[n] for n in ordered}
 
         for name, value in values.items():
             if _holds(value, (Ref, Template)):  # pragma: no cover - guarded by the stages above

@@ -116,6 +116,7 @@ class StepResult:
             "status": str(self.status),
             "args": jsonable(self.args),
             "output": jsonable(self.output),
+            "raw_output": jsonable(self.raw_output),
             "error": self.error,
             "error_kind": str(self.error_kind) if self.error_kind else None,
             "resolution": {k: str(v) for k, v in self.resolution.items()},

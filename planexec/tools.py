@@ -352,14 +352,19 @@ class ToolCatalog:
         tools: Iterable[BaseTool],
         *,
         hints: Mapping[str, Mapping[str, Any] | ToolHints] | None = None,
+        unavailable: Mapping[str, str] | None = None,
     ) -> None:
         """Build the catalog.
 
         Args:
             tools: langchain-core tools. A tool's server is read from
-                ``tool.metadata["planexec"]["server"]``.
+                ``tool.metadata["planexec"]["server"]``. A marker for a server that
+                could not start (``metadata["planexec"]["unavailable"]`` set to why, as
+                `planexec.mcp.MCPToolset` makes them when not strict) is not a tool: it
+                goes to `unavailable`.
             hints: Safety hints by tool name or qualified name; they override the
                 hints in ``tool.metadata["planexec"]``.
+            unavailable: Servers that could not start, with why (see `unavailable`).
 
         Raises:
             ToolLoadError: two tools have the same name on the same server, or an
@@ -367,6 +372,9 @@ class ToolCatalog:
         """
         self._specs: dict[tuple[str | None, str], ToolSpec] = {}
         self._by_name: dict[str, list[ToolSpec]] = {}
+        self.unavailable: dict[str, str] = dict(unavailable or {})
+        """Servers that could not start, with why: steps naming them fail with
+        ``TOOL_ERROR`` carrying that message (see `unavailable_reason`)."""
         explicit = dict(hints or {})
         for tool in tools:
             if not isinstance(tool, BaseTool):
@@ -374,6 +382,9 @@ class ToolCatalog:
             meta = _tool_meta(tool)
             server = meta.get("server")
             server = str(server) if server else None
+            if meta.get("unavailable") and server:
+                self.unavailable[server] = str(meta["unavailable"])
+                continue
             tool_hints = ToolHints.from_mapping(meta)
             qualified = f"{server}.{tool.name}" if server else tool.name
             for key in (tool.name, qualified):
@@ -453,6 +464,31 @@ class ToolCatalog:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise KeyError(f"unknown tool {name!r}{where}{hint}")
         return spec
+
+    def unavailable_reason(self, name: str, server: str | None = None) -> str | None:
+        """Why a tool that is not in the catalog cannot be called, if a server is to blame.
+
+        The server named (``server``, or the prefix of ``server.tool``) could not
+        start: its message. The tool is unknown and some server could not start: the
+        messages of those servers (the tool may have been one of theirs). Otherwise
+        None (an unknown tool is just unknown).
+        """
+        if not self.unavailable:
+            return None
+        named = server
+        if named is None and "." in name:
+            prefix = name.partition(".")[0]
+            named = prefix if prefix in self.unavailable else None
+        if named is not None and named in self.unavailable:
+            return self.unavailable[named]
+        if named is None and not self._find(name, None):
+            which = ", ".join(repr(s) for s in self.unavailable)
+            details = "\n".join(self.unavailable.values())
+            return (
+                f"tool {name!r} is not available, and MCP server(s) {which} could not start "
+                f"(it may be theirs):\n{details}"
+            )
+        return None
 
     def has(self, name: str, server: str | None = None) -> bool:
         """Whether a tool called ``name`` exists (an ambiguous name exists)."""

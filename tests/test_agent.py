@@ -262,9 +262,29 @@ async def test_a_destructive_tool_is_never_retried() -> None:
                                  "recovery": {"max_retries_per_step": 5, "max_replans": 1}})
     run, events = await run_agent(script, t, cfg)
     assert all(action != "RETRY_STEP" for _, action in decisions(events))
-    assert calls(delete) == 2  # once per plan, never retried (executor or agent)
+    # never retried by the executor or the agent, and the re-plan's exact repeat of the
+    # failed call is refused (it may have taken effect): one call in all
+    assert calls(delete) == 1
+    assert decisions(events) == [("TOOL_ERROR", "REPLAN"), ("TOOL_ERROR", "STOP")]
+    refused = run.attempts[1].results[0]
+    assert refused.error_kind is ErrorKind.TOOL_ERROR and refused.attempts == 0
+    assert "already failed in plan 1" in (refused.error or "")
+    assert "may have taken effect" in (refused.error or "")
+    assert "may have taken effect" in script.prompts["plan"][1]  # the re-plan prompt says so
     assert run.status is RunStatus.FAILED
     assert "re-plan budget (1) spent" in (run.error or "")
+
+
+async def test_a_failed_destructive_call_may_be_replaced_by_a_different_call() -> None:
+    delete = fake_tool("delete_order", "deleted", args={"order_id": str}, error="conflict",
+                       fail_times=1, hints={"destructive": True})
+    t = tools(delete_order=delete)
+    script = Script([plan_text((1, "delete_order", '{"order_id": "W1"}', "None")),
+                     plan_text((2, "delete_order", '{"order_id": "W2"}', "None"))])
+    run, events = await run_agent(script, t)
+    assert decisions(events) == [("TOOL_ERROR", "REPLAN")]
+    assert run.status is RunStatus.SUCCEEDED
+    assert delete.metadata["calls"].calls == [{"order_id": "W1"}, {"order_id": "W2"}]
 
 
 async def test_a_tool_of_unknown_safety_is_not_retried() -> None:
@@ -586,3 +606,166 @@ async def test_a_streaming_model_call_is_bounded_by_the_timeout() -> None:
     cfg = config(model={"timeout": 0.05, "stream": True})
     run = await PlanExecuteAgent(model, list(tools().values()), config=cfg).run("q")
     assert run.status is RunStatus.FAILED and run.error_kind is ErrorKind.MODEL_ERROR
+
+
+# ------------------------------------------------------------------ review findings (4/9)
+
+
+async def test_execute_plan_with_a_model_does_not_replan_a_failure() -> None:
+    t = tools(assets=fake_tool("assets", None, args={"site_name": str}, error="down"))
+    script = Script([plan_text(SITES)], answer="could not list them")
+    agent = PlanExecuteAgent(script.model(), list(t.values()), config=config())
+    run = await agent.execute_plan(plan_text(SITES, ASSETS), question="Which assets?")
+    assert run.status is RunStatus.FAILED and run.error_kind is ErrorKind.TOOL_ERROR
+    assert "no planner" in (run.error or "") and "execute_plan" in (run.error or "")
+    assert script.prompts["plan"] == []  # the planner was never asked
+    assert len(run.attempts) == 1
+    assert run.answer == "could not list them"  # the model still writes the answer
+
+
+async def test_run_may_still_replan_after_execute_plan_refused_to() -> None:
+    t = tools(assets=fake_tool("assets", ["CH-6"], args={"site_name": str}, error="down",
+                               fail_times=1))
+    script = Script([plan_text(SITES, ASSETS)])
+    agent = PlanExecuteAgent(script.model(), list(t.values()), config=config())
+    given = await agent.execute_plan(plan_text(SITES, ASSETS))
+    assert given.status is RunStatus.FAILED
+    run = await agent.run("q")
+    assert run.status is RunStatus.SUCCEEDED and len(script.prompts["plan"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ({"limits": {"per_tool_limits": {"asets": 1}}}, "limits.per_tool_limits['asets']"),
+        ({"limits": {"sequence_limits": [{"pattern": ["sites", "asets"], "max_repeats": 0}]}},
+         "limits.sequence_limits[0].pattern"),
+        ({"executor": {"tool_timeouts": {"asets": 0.5}}}, "executor.tool_timeouts['asets']"),
+    ],
+)
+def test_a_misspelled_tool_name_in_the_config_is_rejected_with_close_names(
+    section: dict[str, Any], key: str
+) -> None:
+    from planexec.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        PlanExecuteAgent(None, list(tools().values()), config=AgentConfig.from_dict(section))
+    message = str(err.value)
+    assert key in message and "unknown tool 'asets'" in message
+    assert "did you mean 'assets'" in message
+
+
+async def test_a_limit_may_name_a_tool_by_its_qualified_server_name() -> None:
+    remote = fake_tool("assets", [{"id": "CH-6"}], args={"site_name": str},
+                       hints={"read_only": True, "server": "iot"})
+    t = tools(assets=remote)
+    cfg = config(limits={"per_tool_limits": {"iot.assets": 0}},
+                 executor={"tool_timeouts": {"iot.assets": 5.0}})
+    run, events = await run_agent(Script([plan_text(SITES, ASSETS)]), t, cfg)
+    assert run.error_kind is ErrorKind.LIMIT_EXCEEDED
+    assert "per_tool_limits['iot.assets']=0" in (run.error or "")
+    assert calls(remote) == 0
+
+
+async def test_an_llm_judge_gets_the_agents_model_timeout() -> None:
+    from planexec.evaluation import LLMJudge
+    from planexec.testing import ScriptedChatModel
+
+    judge = ScriptedChatModel(
+        replies=['{"status": "SUCCESS", "evaluation": "ok", "lesson": ""}'], delay=2.0)
+    cfg = config(model={"timeout": 0.05})
+    agent = PlanExecuteAgent(Script([plan_text(SITES)]).model(), list(tools().values()),
+                             config=cfg, evaluator=LLMJudge(judge))
+    run = await agent.run("q")
+    assert run.status is RunStatus.FAILED and run.error_kind is ErrorKind.EVALUATION_FAILED
+    assert "timed out after 0.05s" in (run.error or "")
+    assert run.usage.llm_calls["evaluate"] == 1  # counted in the run's usage
+
+
+async def test_an_llm_judge_error_is_retried_like_any_model_call() -> None:
+    from planexec.evaluation import LLMJudge
+    from planexec.testing import ScriptedChatModel
+
+    judge = ScriptedChatModel(
+        replies=[TimeoutError("busy"), '{"status": "SUCCESS", "evaluation": "ok"}'])
+    cfg = config(model={"retry": {"attempts": 2, "base_delay": 0.0, "jitter": 0.0}})
+    agent = PlanExecuteAgent(Script([plan_text(SITES)]).model(), list(tools().values()),
+                             config=cfg, evaluator=LLMJudge(judge))
+    run = await agent.run("q")
+    assert run.status is RunStatus.SUCCEEDED and judge.calls == 2
+
+
+async def test_a_flaky_local_tool_opens_only_its_own_breaker() -> None:
+    flaky = fake_tool("flaky", "x", args={"site_name": str}, error="503", hints=READ)
+    t = tools(flaky=flaky)
+    first = plan_text(SITES, (2, "flaky", '{"site_name": "<step_1[0]>"}', "#S1"))
+    second = plan_text((3, "assets", '{"site_name": "<step_1[0]>"}', "#S1"))
+    breakers = BreakerRegistry(failure_threshold=2, recovery_time=60)
+    cfg = config(executor={"tool_retry": {"attempts": 2, "base_delay": 0.0, "jitter": 0.0}})
+    run, events = await run_agent(Script([first, second]), t, cfg, breakers=breakers)
+    assert run.status is RunStatus.SUCCEEDED
+    assert calls(t["assets"]) == 1
+    tool_states = {k: v for k, v in breakers.states().items() if k.startswith("tool:")}
+    assert tool_states == {"tool:local:assets": "closed", "tool:local:flaky": "open",
+                           "tool:local:sites": "closed"}
+
+
+async def test_circuit_open_replans_naming_the_open_tools_or_stops_when_all_are_open() -> None:
+    breakers = BreakerRegistry(failure_threshold=1, recovery_time=60)
+    breakers.tool(None, "assets").record_failure()
+    t = tools()
+    other = fake_tool("inventory", ["CH-6"], args={"site_name": str}, hints=READ)
+    script = Script([plan_text(SITES, ASSETS),
+                     plan_text((3, "inventory", '{"site_name": "<step_1[0]>"}', "#S1"))])
+    run, events = await run_agent(script, {**t, "inventory": other}, breakers=breakers)
+    assert decisions(events) == [("CIRCUIT_OPEN", "REPLAN")]
+    assert "do not use them): assets" in script.prompts["plan"][1]
+    assert run.status is RunStatus.SUCCEEDED
+
+    for name in ("sites", "inventory"):
+        breakers.tool(None, name).record_failure()
+    script = Script([plan_text(SITES)])
+    run, events = await run_agent(script, {**t, "inventory": other}, breakers=breakers)
+    assert decisions(events) == [("CIRCUIT_OPEN", "STOP")]
+    assert run.error_kind is ErrorKind.CIRCUIT_OPEN
+    assert "every tool of the catalog is behind an open circuit breaker" in (run.error or "")
+    assert len(script.prompts["plan"]) == 1  # no re-plan was asked for
+
+
+async def test_tokens_are_counted_by_purpose() -> None:
+    script = Script([plan_text(SITES)])
+    model = FunctionChatModel(function=script, usage={"input_tokens": 20, "output_tokens": 10})
+    run = await PlanExecuteAgent(model, list(tools().values()), config=config()).run("q")
+    assert run.usage.tokens == {"input": 40, "output": 20, "total": 60}
+    assert run.usage.tokens_by_purpose == {
+        "plan": {"input": 20, "output": 10, "total": 30},
+        "answer": {"input": 20, "output": 10, "total": 30},
+    }
+    assert run.usage.to_dict()["tokens_by_purpose"]["plan"]["total"] == 30
+
+
+@pytest.mark.parametrize("status", [EvalStatus.EXECUTION_ERROR, EvalStatus.INPUT_DATA_ERROR])
+async def test_results_judged_wrong_are_not_kept_for_the_replan(status: EvalStatus) -> None:
+    t = tools()
+    verdicts = [Verdict(status, "the site list is stale", "list the sites again"),
+                Verdict(EvalStatus.SUCCESS, "fine")]
+    script = Script([plan_text(SITES), plan_text(SITES, ASSETS)])
+    run, _ = await run_agent(script, t, evaluator=FunctionEvaluator(lambda c: verdicts.pop(0)))
+    assert run.status is RunStatus.SUCCEEDED
+    prompt = script.prompts["plan"][1]
+    kept = prompt.split("reference them as <step_N>):", 1)[1].split("Steps that failed", 1)[0]
+    assert kept.strip() == "(none)"
+    assert "judged the results wrong" in prompt
+    assert calls(t["sites"]) == 2  # redone, not reused
+
+
+async def test_a_plan_that_keeps_its_problems_after_the_reprompts_is_reported() -> None:
+    from planexec.events import FallbackUsed
+
+    bad = plan_text((1, "site_list", "{}", "None"))
+    script = Script([bad, plan_text(SITES)])
+    run, events = await run_agent(script, tools())  # max_reprompts = 0
+    remain = [e for e in events if isinstance(e, FallbackUsed)
+              and e.code == "PLAN_PROBLEMS_REMAIN"]
+    assert len(remain) == 1 and "site_list" in remain[0].message
+    assert run.status is RunStatus.SUCCEEDED

@@ -382,3 +382,22 @@ async def test_the_typed_demo_question_is_answered_as_its_model_from_recorded_re
     assert run.answer == replies[-1]
     assert len(model.requests) == len(replies)
     assert run.usage.llm_calls == {"plan": 1, "resolve": 1, "answer": 1}
+
+
+async def test_a_new_plans_mapping_is_reresolved_first_even_if_the_same_field_failed_before() -> (
+    None
+):
+    # plan 1: wrong, re-resolved to the same wrong value -> early re-plan; plan 2 is wired
+    # the same wrong way: its own mapping is re-resolved first (per plan), and that fixes it
+    script = Script([MISWIRED, MISWIRED], resolve=['{"asset_id": "CH-5"}',
+                                                   '{"asset_id": "CH-6"}'])
+    run, events = await run_agent(script, tools(), output_type=Attention,
+                                  expected={"asset_id": "CH-6"})
+    assert decisions(events) == [
+        ("OUTPUT_UNEXPECTED", "RERESOLVE"),
+        ("OUTPUT_UNEXPECTED", "REPLAN"),  # the same field failed twice in a row in plan 1
+        ("OUTPUT_UNEXPECTED", "RERESOLVE"),  # plan 2's mapping: re-resolved first
+    ]
+    assert len(script.prompts["resolve"]) == 2
+    assert run.status is RunStatus.SUCCEEDED and run.output.asset_id == "CH-6"
+    assert [a.version for a in run.attempts] == [1, 2]

@@ -125,3 +125,36 @@ def test_long_outputs_are_cut_to_the_budget() -> None:
     big = StepResult(1, "dump", StepStatus.SUCCEEDED, output="x" * 500)
     text = format_results([big], budget=100)
     assert "[cut: 400 more characters]" in text
+
+
+async def test_a_judge_on_a_plain_model_uses_the_runs_client_with_its_timeout() -> None:
+    import pytest
+
+    from planexec.errors import ModelTimeoutError
+    from planexec.resilience import ResilientModelClient, RetryPolicy
+
+    model = ScriptedChatModel(replies=['{"status": "SUCCESS"}'], delay=2.0)
+    made: list[ResilientModelClient] = []
+
+    def client_for(m: object) -> ResilientModelClient:
+        client = ResilientModelClient(m, timeout=0.05, retry=RetryPolicy.none())  # type: ignore[arg-type]
+        made.append(client)
+        return client
+
+    with pytest.raises(ModelTimeoutError):
+        await LLMJudge(model).evaluate(case(usage=Usage(), client_for=client_for))
+    assert len(made) == 1 and made[0].model is model
+
+
+async def test_a_judge_given_its_own_client_keeps_it() -> None:
+    from planexec.resilience import ResilientModelClient
+
+    model = ScriptedChatModel(replies=['{"status": "SUCCESS"}'])
+    usage = Usage()
+    judge = LLMJudge(ResilientModelClient(model))
+
+    def client_for(m: object) -> ResilientModelClient:
+        raise AssertionError("not used for a judge with its own client")
+
+    verdict = await judge.evaluate(case(usage=usage, client_for=client_for))
+    assert verdict.ok and usage.llm_calls == {"evaluate": 1}

@@ -28,7 +28,7 @@ from planexec.plan import Plan, Ref, Step, Template, format_path
 from planexec.resilience import BreakerRegistry, RetryPolicy
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs
 from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage
-from planexec.testing import ScriptedChatModel, fake_tool, messages_text
+from planexec.testing import FunctionChatModel, ScriptedChatModel, fake_tool, messages_text
 from planexec.tools import ToolCatalog, ToolSpec
 
 FAST = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0, jitter=0.0)
@@ -380,8 +380,12 @@ class LeakyResolver(ArgResolver):
         "{step_1_selected_site}",
         Ref(step=1),
         Template(parts=("a ", Ref(step=1, whole_value=False))),
+        {"{step_1}": 1},
+        [{"ok": {"<site_name>": "MAIN"}}],
+        "ASSET_ID_FROM_STEP_1",
     ],
-    ids=["braces", "nested", "double", "hinted", "ref", "template"],
+    ids=["braces", "nested", "double", "hinted", "ref", "template", "key", "nested-key",
+         "named-step"],
 )
 async def test_the_invariant_stops_a_call_with_an_unresolved_placeholder(leak: Any) -> None:
     tool = fake_tool("assets", ["CH-6"], args={"site": Any})
@@ -541,7 +545,8 @@ async def test_an_open_breaker_fails_steps_on_its_server_fast() -> None:
     assert_failed(res[2], ErrorKind.CIRCUIT_OPEN, "'assets'", "tool:iot")
     assert calls(other) == [] and res[2].attempts == 0
     assert res[3].ok
-    assert breakers.states() == {"tool:iot": "open", "tool:local": "closed"}
+    # one breaker per server (MCP), one per local tool
+    assert breakers.states() == {"tool:iot": "open", "tool:local:notes": "closed"}
 
 
 async def test_a_custom_runner_makes_the_tool_calls() -> None:
@@ -596,6 +601,63 @@ async def test_a_reasoning_step_with_a_model_answers_from_its_dependencies() -> 
     assert "Which chiller is hottest?" in prompt
     assert expected not in prompt
     assert h.usage.llm_calls == {"reason": 1}
+
+
+async def test_a_reasoning_step_gets_the_steps_its_task_text_refers_to() -> None:
+    plan = parse_plan(
+        '#Task1: a\n#Tool1: temps\n#Args1: {}\n#Dependency1: None\n'
+        "#Task2: Pick the hottest chiller from {step_1}\n#Tool2: none\n#Dependency2: None\n"
+    )
+    order: list[str] = []
+
+    def temps() -> dict[str, int]:
+        order.append("temps")
+        return {"CH-6": 9}
+
+    def reply(messages: Any) -> str:
+        order.append("reason")
+        return "CH-6"
+
+    model = FunctionChatModel(function=reply)
+    h = Harness([fake_tool("temps", function=temps)], reasoner=ModelReasoner(ModelClient(model)))
+    results = await h.executor.run(plan)
+    res = {r.step_id: r for r in results}
+    assert res[2].ok and order == ["temps", "reason"]
+    prompt = messages_text(model.requests[0])
+    assert '"CH-6": 9' in prompt and "No earlier step results" not in prompt
+
+
+async def test_a_reasoning_step_with_args_shows_them_to_its_model() -> None:
+    model = ScriptedChatModel(replies=["MAIN"])
+    h = Harness([], reasoner=ModelReasoner(ModelClient(model)))
+    res = await h.run(mk(1, None, {"site": "MAIN"}, task="think"))
+    assert res[1].ok
+    prompt = messages_text(model.requests[0])
+    assert "Arguments written in the plan" in prompt and '"site": "MAIN"' in prompt
+
+
+async def test_a_failed_resolution_keeps_the_methods_of_the_arguments_that_resolved() -> None:
+    tool = fake_tool("assets", ["CH-6"], args={"site": str, "asset": str})
+    h = Harness([fake_tool("sites", {"name": "MAIN"}), tool])
+    res = await h.run(
+        mk(1, "sites"),
+        mk(2, "assets", {"site": "<step_1.name>", "asset": "{asset_id_from_step_1}"}),
+    )
+    assert_failed(res[2], ErrorKind.RESOLUTION_FAILED, "'asset'")
+    assert res[2].resolution == {"site": ResolutionMethod.PATH}
+    assert calls(tool) == []
+
+
+async def test_a_reference_in_a_dict_key_fails_the_step_before_any_call() -> None:
+    tool = fake_tool("sensors", ["s1"], args={"asset_id": str, "tags": (Any, None)})
+    h = Harness([fake_tool("sites", {"name": "MAIN"}), tool])
+    plan = parse_plan(
+        "#Task1: a\n#Tool1: sites\n#Args1: {}\n"
+        '#Task2: b\n#Tool2: sensors\n#Args2: {"asset_id": "A1", "tags": {"{step_1}": 1}}\n'
+    )
+    res = {r.step_id: r for r in await h.executor.run(plan)}
+    assert_failed(res[2], ErrorKind.ARGS_SYNTAX, "sensors")
+    assert calls(tool) == []
 
 
 async def test_a_reasoning_step_whose_model_fails_is_a_model_error() -> None:

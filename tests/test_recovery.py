@@ -118,6 +118,24 @@ def test_the_same_argument_failing_the_same_way_twice_replans_early() -> None:
     assert state.reresolutions[(1, 2)] == 1  # the rest of the budget was not spent
 
 
+def test_the_early_replan_counts_per_plan_so_a_new_plan_reresolves_first() -> None:
+    policy = RecoveryPolicy(max_reresolutions_per_step=5)
+    state = RecoveryState()
+    r = StepResult(2, "history", StepStatus.FAILED, error_kind=ErrorKind.ARGS_INVALID,
+                   error="step 2 (history): argument 'start' Input should be a valid date")
+    actions = [policy.decide(Failure.from_result(r, plan_version=v), state).action
+               for v in (1, 1, 2, 2)]
+    assert actions == [Action.RERESOLVE, Action.REPLAN, Action.RERESOLVE, Action.REPLAN]
+    assert "start failed the same way 2 times" in state.decisions[-1].reason
+
+
+def test_without_replanning_the_stop_says_why() -> None:
+    decision = RecoveryPolicy().decide(fail(ErrorKind.UNKNOWN_TOOL), RecoveryState(),
+                                       can_replan=False)
+    assert decision.action is Action.STOP
+    assert "execute_plan" in decision.reason
+
+
 def test_a_different_argument_does_not_trigger_the_early_replan() -> None:
     policy = RecoveryPolicy()
     state = RecoveryState()
@@ -223,3 +241,18 @@ def test_the_guard_takes_the_tool_from_the_step_when_not_given() -> None:
     limits = Limits(per_tool_limits={"a": 0})
     assert limits.guard(step("a")) is not None
     assert limits.hit is not None
+
+
+def test_a_limit_matches_a_tool_by_name_or_by_server_and_name() -> None:
+    limits = Limits(per_tool_limits={"iot.sites": 1, "history": 1},
+                    sequence_limits=[(("iot.sites", "history"), 0)])
+    remote = Step(id=1, tool="sites", server="iot")
+    assert limits.guard(step("sites"), "sites") is None  # a local 'sites' is another tool
+    assert limits.guard(remote, "sites") is None
+    message = limits.guard(remote, "sites")
+    assert message is not None and "per_tool_limits['iot.sites']=1" in message
+    seq = Limits(sequence_limits=[(("iot.sites", "history"), 0)])
+    assert seq.guard(Step(id=1, tool="sites"), "sites", server="iot") is None
+    message = seq.guard(step("history"), "history")
+    assert message is not None and "sequence_limits[iot.sites → history]=0" in message
+    assert Limits(per_tool_limits={"sites": 0}).guard(remote, "sites") is not None

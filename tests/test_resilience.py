@@ -181,6 +181,16 @@ async def test_breaker_call_counts_exceptions_as_failures() -> None:
         await b.call(Flaky(0))
 
 
+def test_each_local_tool_has_its_own_breaker_and_a_server_shares_one() -> None:
+    reg = BreakerRegistry(failure_threshold=1, recovery_time=5, clock=Clock())
+    assert reg.tool(None, "flaky") is reg.get("tool:local:flaky")
+    assert reg.tool("iot", "sites") is reg.tool("iot", "assets") is reg.get("tool:iot")
+    reg.tool(None, "flaky").record_failure()
+    assert reg.is_open("tool:local:flaky") and not reg.is_open("tool:local:good")
+    assert reg.tool(None, "good").state == "closed"
+    assert BreakerRegistry.tool_breaker_name(None, "x") == "tool:local:x"
+
+
 def test_the_registry_keeps_one_breaker_per_name_and_reports_states() -> None:
     reg = BreakerRegistry(failure_threshold=1, recovery_time=5, clock=Clock())
     assert reg.tool(None) is reg.get("tool:local")

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from langchain_core.tools import BaseTool
 
-from planexec.errors import ConfigError
+from planexec.errors import ConfigError, ToolLoadError
 from planexec.tools import load_tools
 
 __all__ = ["add_tool_arguments", "open_tools"]
@@ -31,6 +31,11 @@ def add_tool_arguments(parser: argparse.ArgumentParser) -> None:
 async def open_tools(args: argparse.Namespace) -> AsyncIterator[list[BaseTool]]:
     """Load the tools named by `add_tool_arguments`; MCP sessions stay open inside.
 
+    An MCP server that fails to start does not stop the command: its error (naming it,
+    with its stderr tail) is logged once as a warning, and the tools yielded carry a
+    marker for it (`planexec.mcp.client.unavailable_marker`), so that steps using it
+    fail with ``TOOL_ERROR`` and that message.
+
     Raises:
         ConfigError: neither option was given.
         ToolLoadError: a module or an MCP server could not give its tools.
@@ -43,5 +48,9 @@ async def open_tools(args: argparse.Namespace) -> AsyncIterator[list[BaseTool]]:
         return
     from planexec.mcp import MCPToolset
 
-    async with MCPToolset(args.mcp_config) as toolset:
-        yield [*tools, *toolset.tools]
+    async with MCPToolset(args.mcp_config, strict=False) as toolset:
+        if not toolset.tools and toolset.failures and not tools:
+            raise ToolLoadError(
+                "no MCP server of the config could start:\n" + "\n".join(toolset.failures.values())
+            )
+        yield [*tools, *toolset.tools, *toolset.markers]

@@ -39,6 +39,7 @@ from planexec.events import (
 )
 from planexec.models import load_model
 from planexec.results import Run, RunStatus
+from planexec.store.recording import TOOL_SOURCE_KEY, StampedStore, tool_source
 
 __all__ = ["Progress", "ask_command", "register"]
 
@@ -114,12 +115,18 @@ def ask_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
     handlers = [] if args.quiet else [Progress(console)]
     store = store_from_args(args)
+    # the tool source is recorded so that `planexec runs resume` can load the same tools
+    recording = (
+        StampedStore(store, {TOOL_SOURCE_KEY: tool_source(args.tools, args.mcp_config)})
+        if store is not None
+        else None
+    )
     agents: list[PlanExecuteAgent] = []
 
     async def ask() -> Run:
         async with open_tools(args) as tools:
             agent = PlanExecuteAgent(
-                model, tools, config=config, event_handlers=handlers, store=store
+                model, tools, config=config, event_handlers=handlers, store=recording
             )
             agents.append(agent)
             return await agent.run(args.question, output_type=output_type)

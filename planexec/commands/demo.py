@@ -15,6 +15,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planexec._loading import load_object
@@ -94,10 +95,10 @@ def _table(run: Run) -> Table:
         methods = ", ".join(([f"{literal} literal"] if literal else []) + named) or "-"
         table.add_row(
             str(r.step_id),
-            r.tool or "(reasoning)",
+            escape(r.tool or "(reasoning)"),
             r.status.value,
-            methods,
-            (r.error or "")[:120],
+            escape(methods),
+            escape((r.error or "")[:120]),
         )
     return table
 
@@ -114,21 +115,21 @@ def demo_command(args: argparse.Namespace) -> int:
     runs: list[Run] = []
     for question in chosen:
         model, source = _model_for(question, spec)
-        console.rule(f"[bold]{question['question']}")
-        console.print(f"model: {source}")
+        console.rule(f"[bold]{escape(question['question'])}")
+        console.print(f"model: {source}", markup=False)
         handlers = [] if args.quiet else [Progress(console)]
         agent = PlanExecuteAgent(model, demo_tools(), store=store, event_handlers=handlers)
         output_spec = question.get("output_type")
         output_type = load_object(str(output_spec)) if output_spec else None
         if output_type is not None:
-            console.print(f"typed answer: {output_spec}")
+            console.print(f"typed answer: {output_spec}", markup=False)
         run = asyncio.run(agent.run(question["question"], output_type=output_type))
         runs.append(run)
         if not args.json:
             console.print(_table(run))
-            console.print(f"[bold]answer:[/bold] {run.answer}")
+            console.print(f"[bold]answer:[/bold] {escape(str(run.answer))}")
             if run.output is not None:
-                console.print(f"[bold]typed output:[/bold] {run.output!r}")
+                console.print(f"[bold]typed output:[/bold] {escape(repr(run.output))}")
             calls = ", ".join(f"{k} {v}" for k, v in sorted(run.usage.llm_calls.items()))
             console.print(
                 f"usage: LLM calls {run.usage.total_llm_calls} ({calls}); "

@@ -161,6 +161,7 @@ def _print_plan(plan: Plan, *, as_json: bool) -> None:
         print(json.dumps(plan.to_dict(), ensure_ascii=False, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
@@ -170,9 +171,9 @@ def _print_plan(plan: Plan, *, as_json: bool) -> None:
     for s in plan.steps:
         steps.add_row(
             str(s.id),
-            s.server or "",
-            s.tool or "(reasoning)",
-            _arg_list(s),
+            escape(s.server or ""),
+            escape(s.tool or "(reasoning)"),
+            escape(_arg_list(s)),
             ", ".join(map(str, s.depends_on)) or "-",
             "yes" if s.args_valid else "[bold red]NO[/]",
         )
@@ -189,8 +190,8 @@ def _print_plan(plan: Plan, *, as_json: bool) -> None:
             "" if d.line is None else str(d.line),
             "" if d.step is None else str(d.step),
             f"[{_SEVERITY_STYLE[sev]}]{sev}[/]",
-            d.code,
-            d.message,
+            escape(d.code),
+            escape(d.message),
         )
     console.print(diags)
 

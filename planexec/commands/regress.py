@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -53,8 +54,10 @@ def register(subparsers: Any) -> None:
         const="",
         default=None,
         metavar="ADDRESS",
-        help="run the scenarios as Ray tasks (needs planexec[ray]); ADDRESS of the cluster, "
-        "else $RAY_ADDRESS, else a local Ray (see docs/scaling.md)",
+        help="run the scenarios as Ray tasks (needs planexec[ray]): bare --ray starts a "
+        "private local Ray ($RAY_ADDRESS if set), --ray auto joins the cluster started with "
+        "'ray start' on this machine, --ray ADDRESS joins that cluster (see docs/scaling.md); "
+        "--workers does not apply (Ray spreads the scenarios over the cluster's CPUs)",
     )
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     p.add_argument("--json", metavar="FILE", help="write a JSON report")
@@ -107,11 +110,21 @@ def regress_command(args: argparse.Namespace) -> int:
         task.append(progress.add_task("", total=total))
 
     def on_result(result: Any) -> None:
-        progress.update(task[0], advance=1, description=f"{result.name}: {result.status}")
+        progress.update(task[0], advance=1, description=f"{escape(result.name)}: {result.status}")
 
     suite: Any = run_suite
     if getattr(args, "ray", None) is not None:  # the same call, scenarios on Ray
         from planexec.distributed.regress import run_suite_on_ray
+
+        if args.workers != 1:
+            from planexec._log import logger as log
+
+            message = (
+                f"--workers {args.workers} is ignored with --ray: Ray spreads the scenarios "
+                "over the cluster's CPUs (ask for resources per scenario in the API instead)"
+            )
+            log.warning(message)
+            err.print(f"warning: {message}", markup=False, highlight=False)
 
         def suite(paths: Any, workers: int, **kw: Any) -> Any:
             return run_suite_on_ray(paths, address=args.ray or None, **kw)
@@ -133,12 +146,15 @@ def regress_command(args: argparse.Namespace) -> int:
                 worker_log_level=level,
             )
     except ConfigError as exc:
-        err.print(f"[red]planexec regress: {exc}[/red]")
+        err.print(f"[red]planexec regress: {escape(str(exc))}[/red]")
         return 2
     finally:
         logger.enable("planexec")
     if not report.results:
-        err.print(f"[red]no scenarios selected[/red] (paths {args.paths}, filter {args.filter!r})")
+        err.print(
+            "[red]no scenarios selected[/red] "
+            + escape(f"(paths {args.paths}, filter {args.filter!r})")
+        )
         return 2
 
     table = Table(title="planexec regress", show_lines=False)
@@ -151,12 +167,12 @@ def regress_command(args: argparse.Namespace) -> int:
     for r in report.results:
         style = _STYLE[r.status]
         table.add_row(
-            r.name,
+            escape(r.name),
             f"[{style}]{r.status}[/{style}]" + (" (recorded)" if r.recorded else ""),
             str(r.llm_calls),
             str(r.tool_calls),
             f"{r.wall_time:.2f}s",
-            (r.first_problem.splitlines() or [""])[0][:300] if r.status != "passed" else "",
+            escape((r.first_problem.splitlines() or [""])[0][:300]) if r.status != "passed" else "",
         )
     out.print(table)
     s = report.summary
@@ -166,7 +182,7 @@ def regress_command(args: argparse.Namespace) -> int:
     )
     for r in report.results:
         if r.status in ("failed", "error"):
-            out.print(f"\n[bold]{r.name}[/bold]", highlight=False)
+            out.print(f"\n[bold]{escape(r.name)}[/bold]", highlight=False)
             out.print(r.describe(), highlight=False, markup=False)
     comparison = compare_reports(report, baseline) if baseline is not None else None
     if comparison is not None:

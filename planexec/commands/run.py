@@ -17,11 +17,13 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planexec._models import ModelClient
@@ -29,14 +31,19 @@ from planexec.commands._display import STEP_STYLES
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
 from planexec.errors import ConfigError, PlanParseError
-from planexec.events import EventBus, PlanCreated, RunFinished, RunStarted
+from planexec.events import EventBus
 from planexec.executor import Executor, ExecutorConfig, ModelReasoner
 from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
 from planexec.resolver import ArgResolver
-from planexec.results import RunStatus, StepResult, StepStatus, Usage
-from planexec.store import RunStore
+from planexec.results import StepResult, Usage
+from planexec.store.recording import (
+    TOOL_SOURCE_KEY,
+    execute_recorded,
+    first_failure,
+    tool_source,
+)
 from planexec.tools import ToolCatalog
 
 __all__ = ["register", "run_command"]
@@ -75,53 +82,19 @@ def _read_plan(path: str) -> str:
         raise ConfigError(f"cannot read plan file {path!r}: {exc}") from exc
 
 
-def _first_failure(results: list[StepResult]) -> StepResult | None:
-    bad = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
-    return next((r for r in results if r.status in bad), None)
+RUN_PURPOSES = ("resolve", "reason")
+"""The model-call purposes a plan run can have; ``--json`` reports each, zeros included."""
+
+
+def _usage_dict(usage: Usage) -> dict[str, Any]:
+    """The usage as JSON data, with an explicit 0 for each of `RUN_PURPOSES` not used."""
+    data = usage.to_dict()
+    data["llm_calls"] = {**dict.fromkeys(RUN_PURPOSES, 0), **data["llm_calls"]}
+    return data
 
 
 def _exit_code(results: list[StepResult]) -> int:
-    return 1 if _first_failure(results) is not None else 0
-
-
-async def _execute(
-    executor: Executor,
-    plan: Plan,
-    text: str,
-    *,
-    bus: EventBus,
-    store: RunStore | None,
-    config: dict[str, Any],
-) -> list[StepResult]:
-    """Run the plan, announcing it as a run (so that ``store``, if any, records it)."""
-    run_id = executor.run_id
-    await bus.emit(RunStarted(run_id=run_id, question="", config=config))
-    await bus.emit(PlanCreated(run_id=run_id, version=1, plan=plan, text=text))
-    try:
-        try:
-            results = await executor.run(plan, plan_version=1)
-        except asyncio.CancelledError:
-            await bus.emit(
-                RunFinished(
-                    run_id=run_id,
-                    status=str(RunStatus.CANCELLED),
-                    error="the run was cancelled by the caller",
-                )
-            )
-            raise
-        failed = _first_failure(results)
-        if executor.cancelled:
-            status, error = RunStatus.CANCELLED, "the run was cancelled by the caller"
-        elif failed is not None:
-            status = RunStatus.FAILED
-            error = failed.error or f"step {failed.step_id} {failed.status.value}"
-        else:
-            status, error = RunStatus.SUCCEEDED, None
-        await bus.emit(RunFinished(run_id=run_id, status=str(status), error=error))
-        return results
-    finally:
-        if store is not None:
-            await store.flush()
+    return 1 if first_failure(results) is not None else 0
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -146,8 +119,11 @@ def run_command(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     if store is not None:
         store.attach(bus)
-    # recorded so that `planexec runs resume` runs it again with the same settings
-    recorded = {"executor": {"max_concurrency": args.max_concurrency, "step_timeout": args.timeout}}
+    # recorded so that `planexec runs resume` runs it again with the same settings and tools
+    recorded = {
+        "executor": {"max_concurrency": args.max_concurrency, "step_timeout": args.timeout},
+        TOOL_SOURCE_KEY: tool_source(args.tools, args.mcp_config),
+    }
 
     async def execute() -> tuple[Plan, list[StepResult]]:
         async with open_tools(args) as tools:
@@ -162,7 +138,13 @@ def run_command(args: argparse.Namespace) -> int:
                 usage=usage,
                 run_id=run_id,
             )
-            results = await _execute(executor, plan, text, bus=bus, store=store, config=recorded)
+            started = time.perf_counter()
+            try:
+                results = await execute_recorded(
+                    executor, plan, text, bus=bus, store=store, config=recorded
+                )
+            finally:
+                usage.wall_time = time.perf_counter() - started
             return plan, results
 
     try:
@@ -178,7 +160,7 @@ def run_command(args: argparse.Namespace) -> int:
                 {
                     "run_id": run_id,
                     "steps": [r.to_dict() for r in results],
-                    "usage": usage.to_dict(),
+                    "usage": _usage_dict(usage),
                     "diagnostics": [d.to_dict() for d in plan.diagnostics],
                 },
                 indent=2,
@@ -197,7 +179,7 @@ def _print_table(plan: Plan, results: list[StepResult], usage: Usage) -> None:
     for d in plan.diagnostics:
         if d.severity is not Severity.INFO:
             style = "red" if d.severity is Severity.ERROR else "yellow"
-            console.print(f"[{style}]{d}[/{style}]", markup=True)
+            console.print(f"[{style}]{escape(str(d))}[/{style}]", markup=True)
     table = Table(title=f"plan ({plan.dialect}, {len(plan.steps)} steps)")
     table.add_column("step", justify="right")
     table.add_column("tool")
@@ -210,10 +192,10 @@ def _print_table(plan: Plan, results: list[StepResult], usage: Usage) -> None:
         status = str(r.status) + (f" ({r.error_kind})" if r.error_kind else "")
         table.add_row(
             str(r.step_id),
-            r.tool or "(reasoning)",
+            escape(r.tool or "(reasoning)"),
             f"[{style}]{status}[/{style}]",
-            methods,
-            r.error or r.note or "",
+            escape(methods),
+            escape(r.error or r.note or ""),
         )
     console.print(table)
     counts: dict[str, int] = {}

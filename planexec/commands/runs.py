@@ -4,8 +4,9 @@
   the dead-letter view, with each run's reason.
 - ``planexec runs show RUN_ID [--json]``: plans (with diagnostics), steps (status,
   resolution methods, attempts, errors, timings) and calls left without a result.
-- ``planexec runs resume RUN_ID [--rerun-unsafe] [--tools MODULE:ATTR] [--model SPEC]``:
-  continue an interrupted run (see `planexec.store.resume`).
+- ``planexec runs resume RUN_ID [--rerun-unsafe] [--force] [--tools MODULE:ATTR]
+  [--mcp-config FILE] [--model SPEC]``: continue an interrupted run (see
+  `planexec.store.resume`) with the tools it recorded, unless told otherwise.
 - ``planexec runs export RUN_ID``: everything recorded, as one JSON document.
 - ``planexec runs timeline RUN_ID --out FILE.html|FILE.png``: one bar per step on a
   time axis, coloured by status.
@@ -26,14 +27,21 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from planexec._log import run_log
 from planexec._text import snippet
+from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.errors import ConfigError, MissingExtraError, RunError, require_extra
 from planexec.results import RunStatus, StepStatus
 from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
 from planexec.store.base import RunRecord
+from planexec.store.recording import (
+    TOOL_SOURCE_KEY,
+    StampedStore,
+    recorded_tool_source,
+    tool_source,
+)
 
 __all__ = [
     "TimelineBar",
@@ -121,7 +129,9 @@ def register(subparsers: Any) -> None:
         choices=[s.value for s in RunStatus],
         help="only runs with this status (FAILED: the dead-letter view)",
     )
-    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs")
+    ls.add_argument(
+        "--limit", type=_positive_int, default=50, metavar="N", help="at most N runs (N >= 1)"
+    )
     ls.add_argument("--json", action="store_true", help="print JSON")
     add_store_arguments(ls, allow_disable=False)
     ls.set_defaults(func=cmd_list)
@@ -145,7 +155,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="also re-run calls of unsafe tools whose outcome is unknown",
     )
-    res.add_argument("--tools", metavar="MODULE:ATTR", help="the tools the run used")
+    add_tool_arguments(res)
+    res.add_argument(
+        "--force",
+        action="store_true",
+        help="resume even if the run's recorded process still seems to be running (e.g. "
+        "its pid was reused); if it really is running, both will run its steps",
+    )
     res.add_argument(
         "--model", metavar="SPEC", help="model (replay:PATH or provider:model) for "
         "re-planning, the resolver's fallback, reasoning steps and the answer",
@@ -172,6 +188,16 @@ def register(subparsers: Any) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _when(ts: float | None) -> str:
@@ -331,10 +357,11 @@ def _agent_config(record: RunRecord) -> Any:
 
     from planexec.config import AgentConfig
 
-    if not record.config:
+    config = {k: v for k, v in record.config.items() if k != TOOL_SOURCE_KEY}
+    if not config:
         return AgentConfig()
     try:
-        return AgentConfig.model_validate(record.config)
+        return AgentConfig.model_validate(config)
     except ValidationError as exc:
         run_log(record.run_id).warning(
             "the recorded configuration of run {} is not valid here ({} error(s)); "
@@ -343,23 +370,70 @@ def _agent_config(record: RunRecord) -> Any:
         return AgentConfig()
 
 
+def _resume_tool_options(args: argparse.Namespace, record: RunRecord) -> dict[str, str]:
+    """Fill ``args.tools``/``args.mcp_config`` from the run's record unless given.
+
+    Returns:
+        The tool source the run will use (recorded again with the resumed run).
+
+    Raises:
+        ConfigError: neither option was given and the run recorded no tool source.
+    """
+    if not args.tools and not args.mcp_config:
+        recorded = recorded_tool_source(record.config)
+        if not recorded:
+            raise ConfigError(
+                f"run {record.run_id} did not record where its tools came from: give them "
+                "with --tools MODULE:ATTR and/or --mcp-config FILE"
+            )
+        args.tools, args.mcp_config = recorded.get("tools"), recorded.get("mcp_config")
+        shown = " ".join(
+            f"--{k.replace('_', '-')} {shlex.quote(v)}" for k, v in recorded.items()
+        )
+        print(f"using the run's recorded tools: {shown}", file=sys.stderr)
+    return tool_source(args.tools, args.mcp_config)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     """Handle ``planexec runs resume``: 0 when the run succeeds, 1 when it does not."""
-    from planexec.store.resume import catalog_is_safe, plan_resume
-    from planexec.tools import ToolCatalog, load_tools
-
-    if not args.tools:
-        raise ConfigError("resume needs the run's tools: --tools MODULE:ATTR")
     store = open_store(args.store)
     try:
-        tools = load_tools(args.tools)
+        source = _resume_tool_options(args, store.get_run(args.run_id))
+        if args.force:
+            print(
+                f"planexec: warning: --force: resuming run {args.run_id} even if its "
+                "recorded process still seems to be running; if it is, both will run its "
+                "steps", file=sys.stderr,
+            )
+        code, run = asyncio.run(_resume(args, store, source))
+    finally:
+        store.close()
+    if run is None:
+        return code
+    print(f"run {run.run_id}: {run.status.value}")
+    if run.answer:
+        print(run.answer)
+    if run.status is not RunStatus.SUCCEEDED:
+        print(f"planexec: {run.error or 'the run did not succeed'}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _resume(
+    args: argparse.Namespace, store: RunStore, source: dict[str, str]
+) -> tuple[int, Any]:
+    """Decide, print, and (unless ``--dry-run``) resume; returns (exit code, run or None)."""
+    from planexec.store.resume import catalog_is_safe, plan_resume, resume_run
+    from planexec.tools import ToolCatalog
+
+    async with open_tools(args) as tools:
         decision = plan_resume(
             store, args.run_id, is_safe=catalog_is_safe(ToolCatalog(tools)),
-            rerun_unsafe=args.rerun_unsafe,
+            rerun_unsafe=args.rerun_unsafe, allow_running=args.force,
         )
         if decision.complete:
             print(f"run {args.run_id} already SUCCEEDED: nothing to resume")
-            return 0
+            return 0, None
         print(
             f"run {args.run_id} ({decision.record.status.value}): plan v{decision.plan_version}; "
             f"reuse {list(decision.finished)}, re-run interrupted {list(decision.rerun)}, "
@@ -368,22 +442,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
         if args.dry_run:
             if decision.message:
                 print(decision.message, file=sys.stderr)
-            return 0 if decision.can_continue else 1
+            return (0 if decision.can_continue else 1), None
         from planexec.agent import PlanExecuteAgent
         from planexec.models import load_model
 
         model = load_model(args.model) if args.model else None
-        agent = PlanExecuteAgent(model, tools, config=_agent_config(decision.record), store=store)
-        run = asyncio.run(agent.resume(args.run_id, rerun_unsafe=args.rerun_unsafe))
-    finally:
-        store.close()
-    print(f"run {run.run_id}: {run.status.value}")
-    if run.answer:
-        print(run.answer)
-    if run.status is not RunStatus.SUCCEEDED:
-        print(f"planexec: {run.error or 'the run did not succeed'}", file=sys.stderr)
-        return 1
-    return 0
+        recording = StampedStore(store, {TOOL_SOURCE_KEY: source})
+        agent = PlanExecuteAgent(
+            model, tools, config=_agent_config(decision.record), store=recording
+        )
+        run = await resume_run(
+            agent, cast(RunStore, recording), args.run_id, rerun_unsafe=args.rerun_unsafe,
+            allow_running=args.force,
+        )
+        return 0, run
 
 
 # ---------------------------------------------------------------------- timeline

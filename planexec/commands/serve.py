@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
         "--expose-tools", action="store_true", help="also expose the underlying tools themselves"
     )
     p.add_argument("--store", metavar="PATH", help="run store (default: the user's run store)")
+    p.add_argument(
+        "--all-runs",
+        action="store_true",
+        help="let get_run return any run of the store (by default only the runs this server "
+        "made: the store may hold the user's other runs)",
+    )
     p.set_defaults(func=handle)
 
 
@@ -65,6 +71,7 @@ def handle(args: argparse.Namespace) -> int:
     from planexec.mcp.client import MCPToolset
     from planexec.mcp.server import build_server, serve
     from planexec.store import open_store
+    from planexec.store.recording import tool_source
     from planexec.tools import load_tools
 
     if not args.tools and not args.mcp_config:
@@ -87,8 +94,17 @@ def handle(args: argparse.Namespace) -> int:
         model = load_model(args.model)
     store = open_store(args.store)
 
+    source = tool_source(args.tools, args.mcp_config)
+
     def factory(all_tools: list[Any]) -> Any:
-        return build_server(all_tools, model=model, store=store, expose_tools=args.expose_tools)
+        return build_server(
+            all_tools,
+            model=model,
+            store=store,
+            expose_tools=args.expose_tools,
+            tool_source=source,
+            all_runs=args.all_runs,
+        )
 
     def ready(endpoint: str) -> None:
         if endpoint != "stdio":

@@ -27,10 +27,11 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
     """Connect to Ray unless this process already is; return the ``ray`` module.
 
     Args:
-        address: The cluster to join (``auto``, ``ray://host:10001``, ``host:6379``), or
-            ``local`` for a new Ray of this process's own. None: ``$RAY_ADDRESS`` if set,
-            else Ray's default — the cluster started with ``ray start`` on this machine
-            if there is one, else a new local Ray.
+        address: The cluster to join: ``auto`` (the cluster started with ``ray start``
+            on this machine), ``host:6379``, ``ray://host:10001``; or ``local`` for a
+            new private Ray of this process's own. None (or empty): ``$RAY_ADDRESS`` if
+            set, else ``local`` — never silently an unrelated Ray that happens to run on
+            this machine (``ray.init()``'s own default would join that one).
         **init_kwargs: More ``ray.init`` arguments (e.g. ``num_cpus`` for a local Ray).
 
     Raises:
@@ -39,12 +40,12 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
     ray = import_ray()
     if ray.is_initialized():
         return ray
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address in (None, "local"):
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    if address == "local":
         init_kwargs.setdefault("include_dashboard", False)
-    logger.info(
-        "joining Ray at {}", address or "this machine's cluster, or a new local one"
-    )
+        logger.info("starting a private local Ray (join a cluster with address='auto')")
+    else:
+        logger.info("joining Ray at {}", address)
     ray.init(address=address, **init_kwargs)
     return ray
 

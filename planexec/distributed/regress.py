@@ -1,4 +1,4 @@
-"""``planexec regress --ray [ADDRESS]``: regression scenarios as Ray tasks.
+"""``planexec regress --ray [auto|ADDRESS]``: regression scenarios as Ray tasks.
 
 Each selected scenario runs in a Ray worker through the regress runner's own picklable
 entry point (`planexec.regress.runner.run_scenario`), so a scenario gives the same
@@ -84,7 +84,9 @@ def run_suite_on_ray(
 
     Args:
         paths: Scenario files and folders (see `planexec.regress.runner.discover`).
-        address: The Ray cluster (None: ``$RAY_ADDRESS``, else a local Ray).
+        address: The Ray cluster: ``auto`` (this machine's ``ray start`` cluster), an
+            address, or ``local``; None: ``$RAY_ADDRESS`` if set, else a private local
+            Ray (``local``).
         filter_expr: Select scenarios by name or tag (``--filter``).
         record: Record cassettes instead of replaying them.
         record_model: A model spec to record against.

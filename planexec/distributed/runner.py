@@ -1,36 +1,55 @@
-"""`RayToolRunner`: the executor's tool calls as Ray tasks.
+"""`RayToolRunner`: the executor's tool calls on Ray.
 
 The executor stays the same (DAG, resolution, invariants, retries, timeouts, circuit
-breakers, events); only the `ToolRunner` changes. Each call becomes one Ray task:
+breakers, events); only the `ToolRunner` changes. Each call runs on Ray, in one of two
+ways:
+
+- **in an actor (the default)**: each tool lives in a Ray actor for as long as the
+  runner does, and every call of that tool goes to it, so the tool's in-process state
+  (counters, caches, a work-order book, a ``fail_times`` countdown) persists between
+  calls exactly as it does locally. A tool that asks for resources of its own
+  (``num_cpus``, ``num_gpus``, ``memory``, custom ``resources``) gets an actor of its
+  own, created at its first call with that request, which it holds for the actor's
+  life; tools that ask for nothing share one host actor per runner (an actor is a
+  worker process: starting one costs about a second). Calls to one actor run
+  concurrently on its event loop (sync tools in its thread pool), as locally;
+- **as a stateless task (opt in)**: a tool whose options say ``stateless = true``
+  (``tool.metadata["planexec"]["ray"]["stateless"]``, ``RaySettings.tool_options`` or
+  ``default``) runs each call as a Ray task with its resource request, anywhere in the
+  cluster — for pure, heavy tools that should fan out; each call gets a fresh copy of
+  the tool, so in-process state does not carry over.
+
+Either way:
 
 - **the tool** travels pickled (cloudpickle, put once per tool in the object store), or,
   with ``tools="MODULE:ATTR"``, is loaded inside the worker by name — for tools that do
-  not pickle (open connections, MCP sessions). A tool's in-process state (counters,
-  caches) is a copy per task: state that must be shared belongs in a service;
+  not pickle (open connections, MCP sessions);
 - **resources** per tool: ``default`` ← ``tool.metadata["planexec"]["ray"]`` ←
   ``tool_options[name]`` (later wins);
 - **outputs stay in the object store**: the runner keeps, for each output it returned,
   the Ray object reference it came from. When a later step's resolved arguments hold
   that very output (a whole-value reference ``<step_2>``, possibly nested in a dict or
-  list), the task receives the object reference instead of the value, and the worker
+  list), the call receives the object reference instead of the value, and the worker
   reads it from the object store — on its own node without a copy. The driver still
   receives each output once, because a `StepResult` holds its output (the store
   records it, references with paths follow it, the answer reads it). Outputs the
   resolver changed (a path into an output, a coerced value, an interpolated string)
   and outputs the executor re-parsed (JSON text) are new values and travel by value;
 - **failures** look like local ones: an exception raised by the tool is re-raised as
-  itself (``TOOL_ERROR``, "raised ValueError: ..."); a lost worker or node raises
-  `WorkerLostError` (``TOOL_ERROR``, retried by the executor only for safe tools —
-  Ray's own task retries are off, so an unsafe tool is never re-run behind the
-  executor's back); a timeout cancels the task (``TOOL_TIMEOUT``).
+  itself (``TOOL_ERROR``, "raised ValueError: ..."); a lost worker, actor or node
+  raises `WorkerLostError` (``TOOL_ERROR``, retried by the executor only for safe
+  tools, on a new actor — the lost one's state is gone; Ray's own retries and actor
+  restarts are off, so an unsafe tool is never re-run behind the executor's back); a
+  timeout cancels the call (``TOOL_TIMEOUT``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,11 +167,98 @@ def _remote() -> Any:
         return _REMOTE
 
 
+async def _afetch_stored(value: Any) -> Any:
+    """`_fetch_stored` for an async actor: await references instead of blocking on them."""
+    if isinstance(value, _StoredOutput):
+        structured, _ = normalize_output(await value.ref)
+        return structured
+    if isinstance(value, dict):
+        return {k: await _afetch_stored(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [await _afetch_stored(v) for v in value]
+    return value
+
+
+class _ToolHost:
+    """The actor that hosts tools: each keeps its in-process state between calls."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, ToolSpec] = {}
+
+    async def add(
+        self,
+        keys: list[str],
+        names: list[str],
+        servers: list[str | None],
+        shipped: list[Any],
+        factory: str | None,
+    ) -> None:
+        """Take in tools, shipped together or loaded by ``factory``.
+
+        ``shipped`` is ``[object ref of the list of tools]`` (pickled together, so state
+        they share stays shared), or empty (load them by ``factory`` in this process).
+        """
+        if shipped:
+            tools = list(await shipped[0])
+        else:
+            assert factory is not None
+            tools = [_factory_tool(factory, n, s) for n, s in zip(names, servers, strict=True)]
+        for key, name, server, tool in zip(keys, names, servers, tools, strict=True):
+            self.tools.setdefault(
+                key,
+                ToolSpec(
+                    name=name,
+                    server=server,
+                    tool=tool,
+                    description="",
+                    args_schema=BaseModel,
+                    json_schema={},
+                ),
+            )
+
+    async def call(self, key: str, args: dict[str, Any]) -> Any:
+        """Call a tool taken in by `add` (on this actor's event loop, as locally)."""
+        args = await _afetch_stored(args)
+        return await invoke_tool(self.tools[key], args)
+
+
+_HOST: Any = None
+
+
+def _host_class() -> Any:
+    global _HOST
+    with _REMOTE_LOCK:
+        if _HOST is None:
+            ray = import_ray()
+            # No restarts, no task retries: a lost actor's calls are the executor's call.
+            _HOST = ray.remote(max_restarts=0, max_task_retries=0)(_ToolHost)
+        return _HOST
+
+
 # -- driver side -------------------------------------------------------------------------
 
 
+@dataclass
+class _Hosted:
+    """A tool taken in by a host actor (driver side)."""
+
+    tool: BaseTool
+    """The tool (kept so its id is not reused while it is hosted)."""
+    host: Any
+    """The actor's handle."""
+    key: str
+    """The tool's key in the actor."""
+    ready: Any
+    """The object reference of the ``add`` call (awaited before each call)."""
+
+
 class RayToolRunner:
-    """A `planexec.executor.ToolRunner` that runs each tool call as a Ray task.
+    """A `planexec.executor.ToolRunner` that runs tool calls on Ray.
+
+    Each tool lives in a Ray actor (created at its first call), so its state persists
+    between calls as it does locally; tools marked ``stateless`` run each call as a Ray
+    task instead (see the module docstring). The actors live as long as the runner (or
+    until `close`).
 
     Example:
         >>> from planexec.executor import Executor
@@ -183,12 +289,20 @@ class RayToolRunner:
         self.max_kept = max_kept
         """Output references kept, at most."""
         self.calls = 0
-        """Tool tasks submitted."""
+        """Tool calls submitted (to actors and as tasks)."""
+        self.tasks = 0
+        """Of those, calls run as stateless tasks."""
+        self.actors = 0
+        """Tool actors started."""
         self.refs_passed = 0
-        """Arguments passed to tasks as object references instead of values."""
+        """Arguments passed to calls as object references instead of values."""
         self._tool_refs: dict[int, tuple[BaseTool, Any]] = {}
+        self._hosts: dict[int, _Hosted] = {}
+        self._groups: dict[int, tuple[BaseTool, list[ToolSpec]]] = {}
+        self._shared_host: Any = None
+        self._keys = itertools.count(1)
         self._outputs: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     @classmethod
     def from_settings(cls, settings: RaySettings | Mapping[str, Any] | None) -> RayToolRunner:
@@ -208,10 +322,120 @@ class RayToolRunner:
         return kept[1] if kept is not None and kept[0] is output else None
 
     def clear(self) -> None:
-        """Forget kept output references and shipped tools (their objects may be freed)."""
+        """Forget kept output references, shipped tools and tool actors.
+
+        Forgotten actors stop once no handle to them is left, and their tools' state
+        with them; the next call of a tool starts a new actor.
+        """
         with self._lock:
             self._outputs.clear()
             self._tool_refs.clear()
+            self._hosts.clear()
+            self._groups.clear()
+            self._shared_host = None
+
+    def close(self) -> None:
+        """Stop the tool actors now (their resources are freed) and `clear` the runner."""
+        with self._lock:
+            hosts = {id(e.host): e.host for e in self._hosts.values()}
+            if self._shared_host is not None:
+                hosts[id(self._shared_host)] = self._shared_host
+        if hosts:
+            ray = import_ray()
+            for host in hosts.values():
+                try:
+                    ray.kill(host)
+                except Exception as exc:  # noqa: BLE001 - stopping is best effort
+                    logger.warning("could not stop a Ray tool actor: {}", exc)
+        self.clear()
+
+    def attach_catalog(self, catalog: Iterable[ToolSpec]) -> None:
+        """Note which tools come together (the `Executor` calls this with its catalog).
+
+        Tools of one catalog that ask for no resources of their own are shipped to their
+        shared actor together, in one pickle, so state they share — the demo's
+        work-order book, a client object — stays shared on Ray as it is locally.
+        """
+        specs = list(catalog)
+        with self._lock:
+            for spec in specs:
+                kept = self._groups.get(id(spec.tool))
+                if kept is None or kept[0] is not spec.tool:
+                    self._groups[id(spec.tool)] = (spec.tool, specs)
+
+    def _is_hosted(self, tool: BaseTool) -> _Hosted | None:
+        entry = self._hosts.get(id(tool))
+        return entry if entry is not None and entry.tool is tool else None
+
+    def _ship(self, ray: Any, specs: list[ToolSpec]) -> tuple[list[ToolSpec], list[Any]]:
+        """Put tools in the object store together; the ones shipped and ``[their ref]``."""
+        if self.settings.tools:
+            return specs, []  # loaded in the worker by name
+        try:
+            return specs, [ray.put([s.tool for s in specs])]
+        except Exception as exc:  # noqa: BLE001 - whatever pickling raises
+            if len(specs) > 1:
+                logger.warning(
+                    "tools {} could not be sent to Ray together ({}: {}); sending tool {!r} "
+                    "alone (state it shares with the others is copied)",
+                    [s.name for s in specs], type(exc).__name__, first_line(exc), specs[0].name,
+                )
+                return self._ship(ray, specs[:1])
+            raise ToolLoadError(
+                f"tool {specs[0].name!r} cannot be sent to the Ray workers "
+                f"({type(exc).__name__}: {first_line(exc)}); load the tools inside the "
+                f"workers instead: executor.ray.tools = 'MODULE:ATTR' (RaySettings.tools)"
+            ) from exc
+
+    def _hosted(self, ray: Any, spec: ToolSpec, options: RayOptions) -> _Hosted:
+        """The actor hosting a tool: found, or started (or shared) and given the tool."""
+        with self._lock:
+            entry = self._is_hosted(spec.tool)
+            if entry is not None:
+                return entry
+            request = options.to_ray()
+            if request:  # the tool's own actor, holding its resources
+                specs, shipped = self._ship(ray, [spec])
+                host = _host_class().options(**request).remote()
+                self.actors += 1
+            else:  # tools that ask for nothing share one actor that reserves nothing
+                kept = self._groups.get(id(spec.tool))
+                group = kept[1] if kept is not None and kept[0] is spec.tool else [spec]
+                specs, shipped = self._ship(ray, [spec] + [
+                    s for s in group
+                    if s.tool is not spec.tool
+                    and self._is_hosted(s.tool) is None
+                    and not self.options_for(s).to_ray()
+                    and not self.options_for(s).stateless
+                ])
+                if self._shared_host is None:
+                    self._shared_host = _host_class().options(num_cpus=0).remote()
+                    self.actors += 1
+                host = self._shared_host
+            keys = [f"{s.qualified_name}#{next(self._keys)}" for s in specs]
+            ready = host.add.remote(
+                keys,
+                [s.name for s in specs],
+                [s.server for s in specs],
+                shipped,
+                self.settings.tools,
+            )
+            for key, s in zip(keys, specs, strict=True):
+                self._hosts[id(s.tool)] = _Hosted(s.tool, host, key, ready)
+            return self._hosts[id(spec.tool)]
+
+    def _lost(self, host: Any) -> None:
+        """Forget a lost actor (and its tools): their next call starts a new one."""
+        with self._lock:
+            for k, entry in list(self._hosts.items()):
+                if entry.host is host:
+                    del self._hosts[k]
+            if self._shared_host is host:
+                self._shared_host = None
+        try:
+            import_ray().kill(host)
+        except Exception as exc:  # noqa: BLE001 - it may be gone already
+            logger.debug("lost Ray tool actor not killed: {}", exc)
 
     def _tool_ref(self, ray: Any, tool: BaseTool) -> Any:
         with self._lock:
@@ -254,7 +478,7 @@ class RayToolRunner:
                 self._outputs.popitem(last=False)
 
     async def call(self, spec: ToolSpec, args: dict[str, Any]) -> Any:
-        """Run the tool as a Ray task and return its raw output.
+        """Call the tool in its actor (or as a task, when stateless); return its raw output.
 
         Raises:
             WorkerLostError: the worker or node running the task was lost.
@@ -262,21 +486,33 @@ class RayToolRunner:
             Exception: what the tool raised, as itself.
         """
         ray = ensure_ray(self.settings.address, **self.init_kwargs)
-        factory = self.settings.tools
-        tool_arg = None if factory else self._tool_ref(ray, spec.tool)
-        options = self.options_for(spec).to_ray()
-        task_args = self._by_ref(dict(args))
-        remote = _remote().options(**options) if options else _remote()
-        ref = remote.remote(tool_arg, factory, spec.name, spec.server, task_args)
+        options = self.options_for(spec)
+        hosted: _Hosted | None = None
+        ref: Any = None
+        if options.stateless:
+            factory = self.settings.tools
+            tool_arg = None if factory else self._tool_ref(ray, spec.tool)
+            request = options.to_ray()
+            remote = _remote().options(**request) if request else _remote()
+            ref = remote.remote(
+                tool_arg, factory, spec.name, spec.server, self._by_ref(dict(args))
+            )
+            self.tasks += 1
+        else:
+            hosted = self._hosted(ray, spec, options)
         self.calls += 1
         try:
+            if hosted is not None:
+                await hosted.ready
+                ref = hosted.host.call.remote(hosted.key, self._by_ref(dict(args)))
             raw = await ref
         except asyncio.CancelledError:
-            # A timeout or a cancelled run: stop the task too (best effort).
-            try:
-                ray.cancel(ref)
-            except Exception as exc:  # noqa: BLE001 - cancelling is best effort
-                logger.warning("could not cancel the Ray task of tool {}: {}", spec.name, exc)
+            # A timeout or a cancelled run: stop the call too (best effort).
+            if ref is not None:
+                try:
+                    ray.cancel(ref)
+                except Exception as exc:  # noqa: BLE001 - cancelling is best effort
+                    logger.warning("could not cancel the Ray call of tool {}: {}", spec.name, exc)
             raise
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
@@ -284,6 +520,8 @@ class RayToolRunner:
                 raise cause from None
             raise RuntimeError(str(exc)) from None
         except worker_lost_errors() as exc:
+            if hosted is not None:
+                self._lost(hosted.host)
             raise WorkerLostError(
                 f"the Ray worker running tool {spec.qualified_name!r} was lost "
                 f"({type(exc).__name__}: {first_line(exc)}); the call's outcome is unknown"

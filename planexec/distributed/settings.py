@@ -7,10 +7,10 @@ setting that chooses the backend::
     backend = "ray"              # "local" (default) or "ray"
 
     [executor.ray]
-    address = "auto"             # or "ray://head:10001"; default: $RAY_ADDRESS, else Ray's
+    address = "auto"             # or "ray://head:10001"; default: $RAY_ADDRESS, else "local"
     tools = "myapp.tools:TOOLS"  # optional: load tools inside the workers
     default = { num_cpus = 1 }
-    tool_options = { forecast = { num_cpus = 4, resources = { big_mem = 1 } } }
+    tool_options = { forecast = { num_cpus = 4, resources = { big_mem = 1 }, stateless = true } }
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ __all__ = ["RayOptions", "RaySettings"]
 
 
 class RayOptions(BaseModel):
-    """Resources a Ray task asks for (see ``ray.remote`` options).
+    """Resources a Ray task or tool actor asks for (see ``ray.remote`` options).
 
-    Unset values are left to Ray (a task asks for one CPU by default).
+    Unset values are left to Ray (a task asks for one CPU by default). A tool actor holds
+    what it asks for as long as it lives.
     """
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
@@ -39,6 +40,10 @@ class RayOptions(BaseModel):
     """Bytes of memory the task reserves (a scheduling hint)."""
     resources: dict[str, float] = Field(default_factory=dict)
     """Custom resources, e.g. ``{"big_mem": 1}`` (declared with ``ray start --resources``)."""
+    stateless: bool | None = None
+    """Tool calls only: run each call as a Ray task with a fresh copy of the tool (spreads
+    over the cluster; in-process state does not carry over) instead of in the tool's actor
+    (the default: state persists between calls, as locally). Not a Ray option."""
 
     def merged(self, other: RayOptions) -> RayOptions:
         """Return these options with every value that ``other`` sets taken from ``other``."""
@@ -50,6 +55,7 @@ class RayOptions(BaseModel):
     def to_ray(self) -> dict[str, Any]:
         """The keyword arguments for ``remote_function.options(...)``."""
         out: dict[str, Any] = self.model_dump(exclude_none=True)
+        out.pop("stateless", None)
         if not out.get("resources"):
             out.pop("resources", None)
         return out
@@ -70,8 +76,9 @@ class RaySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
     address: str | None = None
-    """Cluster address (``auto``, ``ray://host:10001``, ``host:6379``, ``local``); None:
-    ``$RAY_ADDRESS``, else the ``ray start`` cluster of this machine, else a new local Ray."""
+    """Cluster address: ``auto`` (the ``ray start`` cluster of this machine),
+    ``ray://host:10001``, ``host:6379``, or ``local`` (a new private Ray); None:
+    ``$RAY_ADDRESS`` if set, else ``local``."""
     tools: str | None = None
     """``MODULE:ATTR`` of the tools, loaded inside each worker; None: tools are shipped
     to the workers pickled (cloudpickle)."""

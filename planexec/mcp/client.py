@@ -77,6 +77,7 @@ __all__ = [
     "load_mcp_config",
     "mcp_tool_to_langchain",
     "schema_to_model",
+    "unavailable_marker",
 ]
 
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -376,18 +377,22 @@ def result_value(
     Structured content is returned as structure. The SDK wraps a non-object output as
     ``{"result": value}``: the wrapper is removed when the tool's output schema is that
     wrapper (``<tool>Output`` with only ``result``), or when the text content parses to
-    exactly the wrapped value. Without structured content, text blocks are returned as
-    text (planexec parses JSON text downstream); other content is returned as a list of
-    content dicts.
+    exactly the wrapped value (or is that string). Without structured content, text
+    blocks are returned as text (planexec parses JSON text downstream); other content is
+    returned as a list of content dicts.
     """
     structured = result.structured_content
     if structured is not None:
         if isinstance(structured, Mapping) and set(structured) == {"result"}:
             if _is_wrapper_schema(output_schema, tool):
                 return structured["result"]
+            wrapped = structured["result"]
+            text = result_text(result)
+            if isinstance(wrapped, str) and text == wrapped:
+                return wrapped  # a string output, given as its own text
             try:
-                if json.loads(result_text(result)) == structured["result"]:
-                    return structured["result"]
+                if json.loads(text) == wrapped:
+                    return wrapped
             except ValueError:
                 pass
         return structured
@@ -435,6 +440,8 @@ class MCPServerSession:
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._stderr: IO[str] | None = None
+        self.http_status: int | None = None
+        """The last HTTP error status (>= 400) the server answered with (HTTP servers)."""
 
     @property
     def transport(self) -> str:
@@ -490,12 +497,26 @@ class MCPServerSession:
             )
             transport = stdio_client(params, errlog=self._stderr)
             return Client(transport, read_timeout_seconds=self.call_timeout)
-        if self.config.headers:
-            return Client(
-                _http_transport(self.config.url, dict(self.config.headers)),
-                read_timeout_seconds=self.call_timeout,
+        return Client(
+            _http_transport(self.config.url, dict(self.config.headers), self._on_http_status),
+            read_timeout_seconds=self.call_timeout,
+        )
+
+    def _on_http_status(self, status: int) -> None:
+        self.http_status = status
+
+    def _http_hint(self) -> str:
+        """The HTTP status of a refused request, with what to check for 401/403."""
+        status = self.http_status
+        if status is None:
+            return ""
+        if status in (401, 403):
+            word = "Unauthorized" if status == 401 else "Forbidden"
+            return (
+                f" (HTTP {status} {word}: check the token in headers.Authorization of "
+                f"server {self.name!r} in the MCP config)"
             )
-        return Client(self.config.url, read_timeout_seconds=self.call_timeout)
+        return f" (HTTP {status})"
 
     async def _serve(self) -> None:
         try:
@@ -543,7 +564,7 @@ class MCPServerSession:
         if not done:
             what = f"did not start within {self.startup_timeout:g}s"
         else:
-            what = f"failed to start: {self.error or 'the connection closed'}"
+            what = f"failed to start: {self.error or 'the connection closed'}{self._http_hint()}"
         message = self.describe_failure(what)
         await self.close()
         raise ToolLoadError(message)
@@ -663,12 +684,25 @@ def _leaf(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """A streamable HTTP transport sending ``headers`` with every request."""
+async def _http_transport(
+    url: str, headers: dict[str, str], on_error_status: Any = None
+) -> AsyncIterator[Any]:
+    """A streamable HTTP transport sending ``headers`` with every request.
+
+    ``on_error_status(status)`` is called for each response with a status >= 400 (the
+    SDK reports those without their status).
+    """
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    async with create_mcp_http_client(headers=headers) as http:
+    async with create_mcp_http_client(headers=headers or None) as http:
+        if on_error_status is not None:
+
+            async def hook(response: Any) -> None:
+                if response.status_code >= 400:
+                    on_error_status(response.status_code)
+
+            http.event_hooks = {"request": [], "response": [hook]}
         async with streamable_http_client(url, http_client=http) as streams:
             yield streams
 
@@ -738,6 +772,26 @@ def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> Ba
     return lc_tool
 
 
+def unavailable_marker(server: str, reason: str) -> BaseTool:
+    """A marker for an MCP server that could not start (see `MCPToolset.markers`).
+
+    Calling it raises `ToolException` with ``reason``.
+    """
+
+    def fail(**_kwargs: Any) -> Any:
+        raise ToolException(reason)
+
+    marker = StructuredTool.from_function(
+        func=fail,
+        name=f"unavailable_server_{server}",
+        description=f"MCP server {server!r} could not start.",
+        args_schema=schema_to_model(f"{server}_unavailable", {"type": "object"}),
+        infer_schema=False,
+    )
+    marker.metadata = {"planexec": {"server": server, "unavailable": reason}}
+    return marker
+
+
 class MCPToolset:
     """Persistent sessions with the configured MCP servers, and their tools.
 
@@ -765,7 +819,9 @@ class MCPToolset:
             call_timeout: Seconds a tool call may take, unless a server's config says.
             startup_timeout: Seconds a server may take to start and list its tools.
             strict: Raise `ToolLoadError` when a server fails to start (the default);
-                when False, skip it with a warning and record it in ``failures``.
+                when False, skip it with a warning, record it in ``failures`` and give
+                a marker for it in ``markers`` (a `ToolCatalog` built with the markers
+                fails steps naming that server with ``TOOL_ERROR`` and its message).
 
         Raises:
             ConfigError: the configuration is invalid or names unknown servers.
@@ -815,7 +871,8 @@ class MCPToolset:
                 self.failures[session.name] = str(outcome)
                 if not self.strict:
                     logger.bind(run_id="-", step_id=None).warning(
-                        "MCP server {!r} skipped: {}", session.name, outcome
+                        "MCP server {!r} is unavailable; steps that use it fail with "
+                        "TOOL_ERROR: {}", session.name, outcome
                     )
                     del self.sessions[session.name]
                 continue
@@ -837,6 +894,17 @@ class MCPToolset:
     async def aclose(self) -> None:
         """Close every session (bounded); safe to call twice."""
         await asyncio.gather(*(s.close() for s in self.sessions.values()), return_exceptions=True)
+
+    @property
+    def markers(self) -> list[BaseTool]:
+        """One marker per server that failed to start (non-strict mode).
+
+        Pass them to `ToolCatalog` with the tools: they are not tools, they tell the
+        catalog (``ToolCatalog.unavailable``) which servers are down and why, so that a
+        step naming such a server fails with ``TOOL_ERROR`` carrying the server's
+        startup error and stderr tail instead of ``UNKNOWN_TOOL``.
+        """
+        return [unavailable_marker(name, why) for name, why in self.failures.items()]
 
     @property
     def tools(self) -> list[BaseTool]:

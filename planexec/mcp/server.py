@@ -234,16 +234,88 @@ class _AnyArgs(ArgModelBase):
         return dict(self.model_extra or {})
 
 
-def _result_for(value: Any) -> mcp_types.CallToolResult:
-    """A tool output as an MCP result: structured content plus its JSON text."""
+def _result_for(value: Any, *, wrap: bool = False) -> mcp_types.CallToolResult:
+    """A tool output as an MCP result: structured content plus its text.
+
+    The structured content is the output itself when it is an object (and ``wrap`` is
+    false), else ``{"result": output}``; the text is the JSON of the output (a string
+    output is its own text).
+    """
     data = jsonable(value)
-    if isinstance(data, str):
-        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=data)])
-    text = json.dumps(data, ensure_ascii=False, default=str)
-    structured = data if isinstance(data, dict) else {"result": data}
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    structured = data if isinstance(data, dict) and not wrap else {"result": data}
     return mcp_types.CallToolResult(
         content=[mcp_types.TextContent(type="text", text=text)], structured_content=structured
     )
+
+
+def _return_annotation(tool: BaseTool) -> Any:
+    """The return annotation of a tool's function (None when there is none to use)."""
+    import inspect
+    import typing
+
+    fn = getattr(tool, "coroutine", None) or getattr(tool, "func", None)
+    if fn is None:
+        return None
+    fn = inspect.unwrap(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: no declared output
+        return None
+    ann = hints.get("return")
+    if ann in (None, Any, type(None), object):
+        return None
+    return ann
+
+
+def output_schema_for(tool: BaseTool, public: str) -> tuple[dict[str, Any], bool]:
+    """The JSON schema of a tool's output, and whether outputs are wrapped as ``result``.
+
+    In order: a schema the tool declares (``metadata["planexec"]["output_schema"]``, or
+    the ``output_schema`` of a tool that came from an MCP server); else the schema of the
+    function's return annotation (a non-object type is wrapped as ``{"result": ...}``,
+    titled ``<name>Output`` as the MCP SDK does); else a permissive object schema (a
+    non-object output then comes back as ``{"result": ...}``).
+    """
+    meta = tool.metadata or {}
+    for key in ("planexec", "mcp"):
+        declared = (meta.get(key) or {}).get("output_schema")
+        if isinstance(declared, Mapping) and declared:
+            schema = dict(declared)
+            if schema.get("type") == "object":
+                return schema, False
+            return _wrapper_schema(public, schema), True
+    ann = _return_annotation(tool)
+    if ann is not None:
+        from pydantic import TypeAdapter
+
+        try:
+            schema = TypeAdapter(ann).json_schema()
+        except Exception:  # a type pydantic cannot describe: fall back to permissive
+            schema = {}
+        if schema.get("type") == "object":
+            schema.setdefault("title", f"{public}Output")
+            return schema, False
+        if schema:
+            return _wrapper_schema(public, schema), True
+    return {
+        "type": "object",
+        "description": f"The output of {public}: an object, or {{\"result\": value}} "
+        "for any other value.",
+        "additionalProperties": True,
+    }, False
+
+
+def _wrapper_schema(public: str, inner: Mapping[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "title": f"{public}Output",
+        "properties": {"result": {k: v for k, v in inner.items() if k != "$defs"}},
+        "required": ["result"],
+    }
+    if "$defs" in inner:
+        schema["$defs"] = inner["$defs"]
+    return schema
 
 
 def expose_tool(
@@ -255,9 +327,10 @@ def expose_tool(
 ) -> MCPServerTool:
     """An MCP server tool that re-exposes one catalog tool (pass it to ``MCPServer(tools=)``).
 
-    Its input schema is the tool's JSON schema; its safety hints become MCP annotations
-    (``readOnlyHint``, ``idempotentHint``, ``destructiveHint``). Invalid arguments and
-    errors raised by the tool come back as error results with the message.
+    Its input schema is the tool's JSON schema, its output schema comes from
+    `output_schema_for`; its safety hints become MCP annotations (``readOnlyHint``,
+    ``idempotentHint``, ``destructiveHint``). Invalid arguments and errors raised by the
+    tool come back as error results with the message.
     """
     from planexec.tools import error_payload, invoke_tool, normalize_output
 
@@ -272,6 +345,7 @@ def expose_tool(
     schema.setdefault("type", "object")
     schema.pop("title", None)
     public = exposed_name or spec.name
+    out_schema, wrap = output_schema_for(spec.tool, public)
 
     async def run(**kwargs: Any) -> mcp_types.CallToolResult:
         try:
@@ -286,14 +360,14 @@ def expose_tool(
         err = error_payload(structured)
         if err:
             raise ToolError(err)
-        return _result_for(structured)
+        return _result_for(structured, wrap=wrap)
 
     return MCPServerTool(
         fn=run,
         name=public,
         description=spec.description or f"The {spec.name} tool.",
         parameters=schema,
-        fn_metadata=FuncMetadata(arg_model=_AnyArgs),
+        fn_metadata=FuncMetadata(arg_model=_AnyArgs, output_schema=out_schema),
         is_async=True,
         annotations=annotations,
         meta={"planexec/server": spec.server} if spec.server else None,
@@ -356,6 +430,8 @@ def build_server(
     expose_tools: bool = False,
     name: str = "planexec",
     agent_options: Mapping[str, Any] | None = None,
+    tool_source: Mapping[str, str] | None = None,
+    all_runs: bool = False,
 ) -> MCPServer[Any]:
     """Build the planexec MCP server over a set of tools.
 
@@ -369,10 +445,18 @@ def build_server(
         expose_tools: Also expose the tools themselves.
         name: The server's name.
         agent_options: Extra keyword arguments for `PlanExecuteAgent` (``config`` ...).
+        tool_source: Where the tools came from (`planexec.store.recording.tool_source`),
+            recorded in each run's config so ``planexec runs resume`` can load them.
+        all_runs: Let ``get_run`` read every run of the store. By default it reads only
+            the runs this server recorded: the store may hold the user's other runs.
     """
+    from planexec.store.recording import TOOL_SOURCE_KEY, StampedStore
     from planexec.tools import ToolCatalog
 
     catalog = ToolCatalog(list(tools))
+    extra_config = {TOOL_SOURCE_KEY: dict(tool_source)} if tool_source else {}
+    recording = StampedStore(store, extra_config) if store is not None and extra_config else store
+    own_runs: set[str] = set()
     server: MCPServer[Any] = MCPServer(
         name,
         instructions=SERVER_INSTRUCTIONS,
@@ -434,11 +518,12 @@ def build_server(
     async def execute_plan(
         text: PlanText, ctx: Context, dialect: Dialect = "auto"
     ) -> ExecutePlanResult:
-        from planexec.events import EventBus, RunFinished, RunStarted, StepFinished
-        from planexec.executor import Executor
+        from planexec.events import EventBus, StepFinished
+        from planexec.executor import Executor, ExecutorConfig
         from planexec.parsing import check_plan
         from planexec.resolver import ArgResolver
         from planexec.results import StepStatus
+        from planexec.store.recording import execute_recorded
 
         plan = check_plan(_parse(text, dialect), catalog)
         problems = [str(d) for d in plan.errors] + _literal_arg_errors(plan, catalog)
@@ -447,6 +532,7 @@ def build_server(
                 "the plan cannot run as written:\n" + "\n".join(f"  - {p}" for p in problems)
             )
         run_id = uuid.uuid4().hex[:12]
+        own_runs.add(run_id)
         bus = EventBus()
         _attach_store(store, bus)
         total = len(plan.steps)
@@ -468,26 +554,31 @@ def build_server(
                     )
 
         bus.subscribe(on_event)
-        await bus.emit(RunStarted(run_id=run_id, question=f"execute_plan ({total} steps)"))
         reasoner = None
         if model is not None:
             from planexec._models import ModelClient
             from planexec.executor import ModelReasoner
 
             reasoner = ModelReasoner(ModelClient(model, bus=bus, run_id=run_id))
+        exec_config = ExecutorConfig()
         executor = Executor(
-            catalog, ArgResolver(model), bus=bus, run_id=run_id, reasoner=reasoner
+            catalog, ArgResolver(model), config=exec_config, bus=bus, run_id=run_id,
+            reasoner=reasoner,
         )
-        results = await executor.run(plan)
+        # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
+        recorded = {
+            "executor": {
+                "max_concurrency": exec_config.max_concurrency,
+                "step_timeout": exec_config.step_timeout,
+            },
+            **extra_config,
+        }
+        results = await execute_recorded(
+            executor, plan, text, bus=bus, store=store, config=recorded
+        )
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
         ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)
-        await bus.emit(RunFinished(run_id=run_id, status="SUCCEEDED" if ok else "FAILED"))
-        flush = getattr(store, "flush", None)
-        if callable(flush):
-            out = flush()
-            if asyncio.iscoroutine(out):
-                await out
         return ExecutePlanResult(
             run_id=run_id,
             ok=ok,
@@ -530,8 +621,14 @@ def build_server(
                         "progress notification failed: {}", exc
                     )
 
-        agent = PlanExecuteAgent(model, list(tools), store=store, **dict(agent_options or {}))
-        run = await agent.run(question, event_handlers=[on_event])
+        agent = PlanExecuteAgent(
+            model, list(tools), store=recording, **dict(agent_options or {})
+        )
+        try:
+            run = await agent.run(question, event_handlers=[on_event])
+        finally:
+            if agent.last_run is not None:
+                own_runs.add(agent.last_run.run_id)
         return AskResult(
             run_id=run.run_id,
             status=str(run.status),
@@ -545,7 +642,8 @@ def build_server(
     @server.tool(
         description=(
             "Return a recorded run (question, plans, step results, answer, usage) from the "
-            "run store by its id. Needs the server to be started with a store (--store PATH)."
+            "run store by its id: a run this server made with execute_plan or ask (unless "
+            "it was started with --all-runs). Needs the server to have a run store."
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
@@ -554,6 +652,13 @@ def build_server(
     ) -> GetRunResult:
         if store is None:
             raise ToolError("no run store: start the server with --store PATH")
+        if not all_runs and run_id not in own_runs:
+            # the same message as an unknown id: other runs' existence is not revealed
+            raise ToolError(
+                f"no run with id {run_id!r} made by this server (get_run returns only the "
+                "runs of this server's execute_plan and ask, unless it is started with "
+                "--all-runs)"
+            )
         return GetRunResult(run=await _load_run(store, run_id))
 
     return server
@@ -608,10 +713,11 @@ ASGIApp = Callable[
 def bearer_auth(app: ASGIApp, token: str) -> ASGIApp:
     """Wrap an ASGI app so every HTTP request needs ``Authorization: Bearer <token>``.
 
-    Compared in constant time; other scopes (lifespan) pass through. A missing or wrong
-    token gets ``401`` with ``WWW-Authenticate: Bearer``.
+    The scheme is matched case-insensitively (RFC 7235) and the token compared in
+    constant time; other scopes (lifespan) pass through. A missing or wrong token gets
+    ``401`` with ``WWW-Authenticate: Bearer``.
     """
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     async def wrapped(
         scope: dict[str, Any],
@@ -626,7 +732,8 @@ def bearer_auth(app: ASGIApp, token: str) -> ASGIApp:
             if key.lower() == b"authorization":
                 given = value
                 break
-        if not hmac.compare_digest(given, expected):
+        scheme, _, credentials = given.strip().partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials.strip(), expected):
             body = json.dumps(
                 {"error": "unauthorized", "error_description": "a valid bearer token is required"}
             ).encode()

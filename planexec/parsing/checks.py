@@ -155,7 +155,9 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
                         step.id,
                     )
                 )
-        for dep in step.explicit_deps:
+        # explicit dependencies, and those a parser added (e.g. from a reasoning step's
+        # task text): every one must name an earlier step of the plan
+        for dep in sorted(set(step.explicit_deps) | set(step.depends_on)):
             if dep in referenced:
                 continue  # already reported as a reference
             if dep == step.id:

@@ -41,7 +41,12 @@ from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import ref_suffix_message
 from planexec.parsing.jsonrepair import repair_json
-from planexec.parsing.refs import contains_placeholder, find_refs, path_like_suffixes
+from planexec.parsing.refs import (
+    contains_placeholder,
+    find_refs,
+    iter_ref_spans,
+    path_like_suffixes,
+)
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
 
 __all__ = ["DRAFT_POLICIES", "parse_hashstep"]
@@ -90,6 +95,13 @@ _FIELD_RE = re.compile(
         (?P<value>.*)$""",
     re.IGNORECASE | re.VERBOSE,
 )
+_INLINE_FIELD_RE = re.compile(
+    r"(?<=\s)(?:\*\*|__)?\#\s?(?:task|step|agent|server|tool|arguments|args|parameters|params"
+    r"|dependency|dependencies|deps|expected[ _]?output)\s*(?:<[^<>:\n]{0,8}>|\d{1,9})?"
+    r"\s*(?:\*\*|__)?\s*:",
+    re.IGNORECASE,
+)
+_FENCE_OPENER_RE = re.compile(r"^(?:```|~~~)\s*[A-Za-z]*\s*$")
 _SPECIAL_TOKEN_RE = re.compile(r"<\|[A-Za-z0-9_]{1,40}\|>")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _SEPARATOR_RE = re.compile(r"^\s*(?:-{3,}|\*{3,}|_{3,}|={3,})\s*$")
@@ -268,6 +280,40 @@ def _match_field(text: str) -> _Field | None:
     return _Field(kind, key, num, raw_num, (m.group("junk") or "").strip(), 0, 0, [value])
 
 
+def _starts_args_value(text: str) -> bool:
+    """Whether a line can be the value of an ``#Args`` field left empty on its own line."""
+    t = text.strip().lstrip("`").strip()
+    return bool(t) and (t[0] in "{[\"'" or t.lower().rstrip(".") in _NONE_WORDS)
+
+
+def _next_content(lines: list[tuple[int, str]], start: int) -> str | None:
+    for _, text in lines[start:]:
+        if text.strip():
+            return text
+    return None
+
+
+def _split_inline(fld: _Field) -> list[_Field]:
+    """Split ``#Task1: a #Tool1: sites #Args1: {}`` (several fields on one line)."""
+    value = fld.values[0]
+    cuts: list[int] = []
+    for m in _INLINE_FIELD_RE.finditer(value):
+        if _open_brackets(value[: m.start()]):
+            continue  # inside quotes or brackets (e.g. JSON text): not a field
+        cuts.append(m.start())
+    if not cuts:
+        return [fld]
+    fld.values = [value[: cuts[0]].rstrip()]
+    out = [fld]
+    for i, at in enumerate(cuts):
+        piece = value[at : cuts[i + 1] if i + 1 < len(cuts) else len(value)].strip()
+        extra = _match_field(piece)
+        if extra is None:  # pragma: no cover - the regexes agree
+            continue
+        out.append(extra)
+    return out
+
+
 def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
     """Group field lines into blocks; report prose, fences and orphan fields.
 
@@ -276,6 +322,7 @@ def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
     blocks: list[_Block] = []
     current: _Block | None = None
     open_field: _Field | None = None
+    args_fence = False  # inside a code fence that holds the value of an empty #Args
     prose: list[tuple[int, str]] = []
     fences: list[int] = []
     multiline: list[_Field] = []
@@ -293,13 +340,74 @@ def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
             )
             prose.clear()
 
-    for lineno, text in lines:
+    def take(fld: _Field, lineno: int, text: str) -> None:
+        if len(fld.values) == 1:
+            multiline.append(fld)
+        fld.values.append(text.rstrip())
+        fld.end_line = lineno
+
+    def empty_args(fld: _Field | None) -> bool:
+        return fld is not None and fld.kind == "args" and not fld.value
+
+    def add_field(fld: _Field, lineno: int, text: str) -> _Field | None:
+        nonlocal current
+        fld.line = fld.end_line = lineno
+        if fld.junk:
+            st.add(
+                lineno,
+                Severity.WARNING,
+                "FIELD_KEY_MANGLED",
+                f"the field key {text.strip().split(':', 1)[0]!r} has extra text "
+                f"{fld.junk!r}; read it as {_FIELD_LABEL[fld.kind]}",
+            )
+        if fld.kind == "task":
+            if (
+                current is not None
+                and fld.key.lower() != current.opening.key.lower()
+                and fld.num == current.id
+                and not any(f.kind == "task" for f in current.fields[1:])
+            ):
+                # "#Step1: title" followed by "#Task1: text": one block.
+                current.fields.append(fld)
+            else:
+                current = _Block(fld.num, fld, [fld])
+                blocks.append(current)
+        elif current is None:
+            st.add(
+                lineno,
+                Severity.WARNING,
+                "FIELD_OUTSIDE_STEP",
+                f"{fld.label} comes before any #Task/#Step line; ignored",
+            )
+            return None
+        else:
+            current.fields.append(fld)
+        return fld
+
+    for idx, (lineno, text) in enumerate(lines):
+        if args_fence and open_field is not None:
+            if _FENCE_RE.match(text):
+                fences.append(lineno)
+                args_fence = False
+                open_field = None
+                continue
+            if _match_field(text) is None:
+                if text.strip():
+                    last_content = lineno
+                take(open_field, lineno, text)
+                continue
+            args_fence = False  # an unclosed fence: the next field ends the value
         if _FENCE_RE.match(text):
             fences.append(lineno)
+            nxt = _next_content(lines, idx + 1)
+            if empty_args(open_field) and nxt is not None and _starts_args_value(nxt):
+                args_fence = True  # "#Args1:" then a fenced JSON block
+                continue
             open_field = None
             continue
         if not text.strip():
-            open_field = None
+            if not empty_args(open_field):
+                open_field = None
             continue
         last_content = lineno
         if _SEPARATOR_RE.match(text):
@@ -308,48 +416,34 @@ def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
         fld = _match_field(text)
         if fld is not None:
             flush_prose()
-            fld.line = fld.end_line = lineno
-            if fld.junk:
+            parts = _split_inline(fld)
+            if len(parts) > 1:
                 st.add(
                     lineno,
                     Severity.WARNING,
-                    "FIELD_KEY_MANGLED",
-                    f"the field key {text.strip().split(':', 1)[0]!r} has extra text "
-                    f"{fld.junk!r}; read it as {_FIELD_LABEL[fld.kind]}",
+                    "FIELDS_ON_ONE_LINE",
+                    f"line {lineno} holds {len(parts)} fields "
+                    f"({', '.join(f.label for f in parts)}); read them as separate lines",
                 )
-            if fld.kind == "task":
-                if (
-                    current is not None
-                    and fld.key.lower() != current.opening.key.lower()
-                    and fld.num == current.id
-                    and not any(f.kind == "task" for f in current.fields[1:])
-                ):
-                    # "#Step1: title" followed by "#Task1: text": one block.
-                    current.fields.append(fld)
-                else:
-                    current = _Block(fld.num, fld, [fld])
-                    blocks.append(current)
-            elif current is None:
-                st.add(
-                    lineno,
-                    Severity.WARNING,
-                    "FIELD_OUTSIDE_STEP",
-                    f"{fld.label} comes before any #Task/#Step line; ignored",
-                )
-                fld = None
-            else:
-                current.fields.append(fld)
-            open_field = fld
+            for part in parts:
+                open_field = add_field(part, lineno, text)
+            if open_field is not None and open_field.kind == "args":
+                opener = _FENCE_OPENER_RE.match(open_field.value)
+                if opener is not None:  # "#Args1: ```json" with the JSON below
+                    open_field.values = [""]
+                    fences.append(lineno)
+                    args_fence = True
             continue
         if open_field is not None and (
-            _open_brackets(open_field.value)
+            (
+                _starts_args_value(text)
+                if not open_field.value
+                else _open_brackets(open_field.value)
+            )
             if open_field.kind == "args"
             else not _HEADING_RE.match(text)
         ):
-            if len(open_field.values) == 1:
-                multiline.append(open_field)
-            open_field.values.append(text.rstrip())
-            open_field.end_line = lineno
+            take(open_field, lineno, text)
             continue
         open_field = None
         prose.append((lineno, text))
@@ -638,12 +732,12 @@ def _parse_args(
                 sid,
             )
             return {}, (), False, text
+        what = repr(stripped) if stripped else "empty (no arguments given, on its line or below)"
         st.add(
             line,
             Severity.WARNING,
             "ARGS_NONE",
-            f"#Args of step {sid} is {stripped or 'empty'!r}, not a JSON object; "
-            "read as no arguments ({})",
+            f"#Args of step {sid} is {what}, not a JSON object; read as no arguments ({{}})",
             sid,
         )
         return {}, (), True, text
@@ -712,7 +806,98 @@ def _parse_args(
     for ref, suffix in path_like_suffixes(args if not positional else positional[0]):
         st.add(line, Severity.WARNING, "REF_SUFFIX_TEXT", ref_suffix_message(ref, suffix, sid),
                sid)
+    for path, tmpl, ref in _nested_refs(args if not positional else positional[0], "args"):
+        st.add(
+            line,
+            Severity.WARNING,
+            "REF_NESTED",
+            f"{path} of step {sid} holds the reference {ref.raw!r} inside another "
+            f"placeholder ({snippet(tmpl.canonical, 60)!r}); references are never evaluated, "
+            "so the outer one cannot be read: only the LLM fallback can resolve it",
+            sid,
+        )
+    bad_keys = list(_keys_with_refs(value, "args"))
+    if bad_keys:
+        where = "; ".join(f"{path} key {key!r}" for path, key, _ in bad_keys[:5])
+        if any(is_ref for _, _, is_ref in bad_keys):
+            st.add(
+                line,
+                Severity.ERROR,
+                "REF_IN_KEY",
+                f"#Args of step {sid} has a reference in a dict key ({where}); keys are "
+                "never resolved, so the tool would get the placeholder as a key; the step "
+                "must not run as written",
+                sid,
+            )
+            return args, positional, False, text
+        st.add(
+            line,
+            Severity.WARNING,
+            "PLACEHOLDER_UNRECOGNIZED",
+            f"#Args of step {sid} has a placeholder-looking dict key ({where}); the "
+            "executor will refuse to pass it to a tool",
+            sid,
+        )
     return args, positional, True, text
+
+
+def _has_literal(*values: Any) -> bool:
+    """Whether a value holds a scalar that is not a reference (a `Template` counts as one)."""
+    for value in values:
+        if isinstance(value, Ref | Template):
+            continue
+        if isinstance(value, dict):
+            if _has_literal(*value.values()):
+                return True
+        elif isinstance(value, list | tuple):
+            if _has_literal(*value):
+                return True
+        else:
+            return True
+    return False
+
+
+def _keys_with_refs(value: Any, path: str) -> Iterable[tuple[str, str, bool]]:
+    """``(path, key, is_reference)`` for each dict key that looks like a placeholder."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = str(k)
+            if iter_ref_spans(key):
+                yield path, key, True
+            elif contains_placeholder(key):
+                yield path, key, False
+            yield from _keys_with_refs(v, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _keys_with_refs(v, f"{path}[{i}]")
+
+
+_OPEN_PLACEHOLDER_RE = re.compile(r"(?:\{\{?|<|\[)\s*step_?\d+[^{}<>\[\]\n]*[.\[]?\s*$",
+                                  re.IGNORECASE)
+_CLOSE_PLACEHOLDER_RE = re.compile(r"^[^{}<>\n]*?[}>\]]")
+
+
+def _nested_refs(value: Any, path: str) -> Iterable[tuple[str, Template, Ref]]:
+    """References written inside another placeholder: ``{step_1[{step_1.site}]}``."""
+    if isinstance(value, Template):
+        parts = value.parts
+        for i, part in enumerate(parts):
+            if not isinstance(part, Ref) or i == 0 or i + 1 >= len(parts):
+                continue
+            before, after = parts[i - 1], parts[i + 1]
+            if (
+                isinstance(before, str)
+                and isinstance(after, str)
+                and _OPEN_PLACEHOLDER_RE.search(before)
+                and _CLOSE_PLACEHOLDER_RE.match(after)
+            ):
+                yield path, value, part
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _nested_refs(v, f"{path}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _nested_refs(v, f"{path}[{i}]")
 
 
 def _build_step(block: _Block, st: _State) -> Step | None:
@@ -798,6 +983,37 @@ def _build_step(block: _Block, st: _State) -> Step | None:
             "listing them in #Dependency; added them",
             sid,
         )
+    if tool is None:
+        args_f = fields.get("args")
+        # "#Tool2: none" with "#Args2: {"assets": "{step_1}"}" names the inputs of a
+        # reasoning step: fine. Literal values, or #Args with no #Tool at all, are not.
+        if args_f is not None and (
+            (tool_f is None and (args or positional)) or _has_literal(args, positional)
+        ):
+            why = "has no #Tool" if tool_f is None else "has #Tool none"
+            st.add(
+                args_f.line,
+                Severity.WARNING,
+                "ARGS_WITHOUT_TOOL",
+                f"step {sid} {why} but has #Args ({snippet(args_f.value, 40)!r}): it is a "
+                "reasoning step, so no tool receives them; they are kept on the step and "
+                "shown to the reasoning model",
+                sid,
+            )
+        # A reasoning step answers from the steps its task text refers to.
+        in_task = {r.step for r in iter_refs(find_refs(task, location="task"))} - {sid}
+        new_deps = sorted(in_task - set(explicit) - referenced)
+        if new_deps:
+            st.add(
+                task_f.line if task_f else block.first_line,
+                Severity.INFO,
+                "DEPENDENCY_ADDED",
+                f"step {sid} refers to step(s) {', '.join(map(str, new_deps))} in its #Task "
+                "text without listing them in #Dependency; added them (their results are "
+                "given to the reasoning step)",
+                sid,
+            )
+        referenced |= in_task
     depends = tuple(sorted(set(explicit) | referenced))
     return replace(step, depends_on=depends)
 

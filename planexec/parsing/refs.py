@@ -50,6 +50,7 @@ __all__ = [
     "DIALECTS",
     "contains_placeholder",
     "find_refs",
+    "ident_ref",
     "iter_ref_spans",
     "parse_path",
     "parse_ref",
@@ -86,6 +87,17 @@ _SUFFIX_RE = re.compile(r"\.[^\W\d]\w*|\[[^\[\]\n]{0,100}\]")
 _HINT_DOUBLE_RE = re.compile(r"\{\{([^{}\n]{1,200})\}\}")
 _HINT_SINGLE_RE = re.compile(r"\{([^{}\n]{1,200})\}")
 _HINT_ANGLE_RE = re.compile(r"<([^<>{}\n]{1,200})>")
+_HINT_SQUARE_RE = re.compile(r"\[([^\[\]{}<>\"'\n]{1,200})\]")
+# A whole string that is an identifier naming a step: ASSET_ID_FROM_STEP_1, step_2,
+# site_of_step3, step1_site. "SOP_STEP_3" (no linking word) is ordinary data.
+_IDENT_STEP_RE = re.compile(
+    r"^(?:[A-Za-z][A-Za-z0-9]*_)*?(?:from|of|in|for|at|by)_step_?(\d+)(?:_[A-Za-z0-9]+)*$"
+    r"|^step_?(\d+)(?:_[A-Za-z0-9]+)*$",
+    re.IGNORECASE,
+)
+# A whole string that is one angle-bracket placeholder naming no step: "<site_name>",
+# "<asset id>". Longer text with a tag in it ("a <b> tag") is ordinary text.
+_ANGLE_PLACEHOLDER_RE = re.compile(r"^\s*<\s*[A-Za-z_][\w .\-]{0,80}>\s*$")
 _JSONISH_RE = re.compile(r"^\s*[\"']|[\"']\s*:")
 
 _MENTION_STEP_RE = re.compile(r"(?<![A-Za-z])[Ss][Tt][Ee][Pp][_ ]?(\d+)(?!\d)")
@@ -103,7 +115,7 @@ _LOOSE_DOUBLE_RE = re.compile(r"\{\{\s*[^\W\d][^{}\n]{0,200}\}\}")
 _LOOSE_SINGLE_RE = re.compile(
     r"\{\s*[^\W\d][\w.]*(?:\([^{}\n]{0,200}\)[\w.]*)?(?:\[[^{}\n\]]{0,100}\][\w.]*)*\s*\}"
 )
-_STARTS = {"hashstep": "<{", "rewoo": "<{#", "llmcompiler": "<{$"}
+_STARTS = {"hashstep": "<{[", "rewoo": "<{[#", "llmcompiler": "<{[$"}
 _START_RES = {k: re.compile("[" + re.escape(v) + "]") for k, v in _STARTS.items()}
 
 
@@ -183,6 +195,13 @@ def _match_at(text: str, pos: int, dialect: str) -> tuple[Ref, int] | None:
                 step = _mention(h.group(1), dialect)
                 if step is not None:
                     return Ref(step=step, hint=h.group(1).strip(), raw=h.group(0)), h.end()
+        return None
+    if c == "[":
+        h = _HINT_SQUARE_RE.match(text, pos)
+        if h is not None:
+            step = _mention(h.group(1), dialect)
+            if step is not None:
+                return Ref(step=step, hint=h.group(1).strip(), raw=h.group(0)), h.end()
         return None
     if c == "#" and dialect == "rewoo":
         m = _REWOO_RE.match(text, pos)
@@ -276,7 +295,33 @@ def _child(location: str, key: Any) -> str:
     return location + format_path((str(key),))
 
 
+def ident_ref(text: str) -> Ref | None:
+    """Read a whole string that is an identifier naming a step as a hinted reference.
+
+    ``"ASSET_ID_FROM_STEP_1"``, ``"site_from_step_2"``, ``"step_3"``, ``"step1_site"``:
+    placeholders planners write in capitals or snake case. The identifier must be the
+    whole string (surrounding whitespace ignored), and the step must be its first word
+    or follow a linking word (``from``, ``of``, ``in``, ``for``, ``at``, ``by``), so
+    ordinary codes such as ``"SOP_STEP_3"`` or ``"Chiller 6"`` are not references.
+
+    Args:
+        text: any string.
+
+    Returns:
+        A hinted `Ref` (``hint`` = the identifier), or None.
+    """
+    stripped = text.strip()
+    m = _IDENT_STEP_RE.match(stripped)
+    if m is None:
+        return None
+    step = int(m.group(1) or m.group(2))
+    return Ref(step=step, hint=stripped, raw=stripped)
+
+
 def _refs_in_string(text: str, dialect: str, location: str) -> Any:
+    ident = ident_ref(text)
+    if ident is not None:
+        return Ref(ident.step, (), ident.hint, ident.raw, True, location)
     spans = iter_ref_spans(text, dialect)
     if not spans:
         return text
@@ -375,6 +420,8 @@ def path_like_suffixes(value: Any) -> list[tuple[Ref, str]]:
 def _string_has_placeholder(text: str, dialect: str | None) -> bool:
     if iter_ref_spans(text, dialect or "hashstep"):
         return True
+    if ident_ref(text) is not None or _ANGLE_PLACEHOLDER_RE.match(text):
+        return True
     if "{" in text and (_LOOSE_DOUBLE_RE.search(text) or _LOOSE_SINGLE_RE.search(text)):
         return True
     return False
@@ -412,7 +459,10 @@ def contains_placeholder(value: Any, *, dialect: str | None = None) -> bool:
     if isinstance(value, str):
         return _string_has_placeholder(value, dialect)
     if isinstance(value, Mapping):
-        return any(contains_placeholder(v, dialect=dialect) for v in value.values())
+        return any(
+            contains_placeholder(k, dialect=dialect) or contains_placeholder(v, dialect=dialect)
+            for k, v in value.items()
+        )
     if isinstance(value, list | tuple | set | frozenset):
         return any(contains_placeholder(v, dialect=dialect) for v in value)
     return False

@@ -72,8 +72,21 @@ def _fail(failures: list[ExpectationFailure], where: str, messages: Sequence[str
     failures.extend(ExpectationFailure(where, m) for m in messages)
 
 
-def _check(failures: list[ExpectationFailure], where: str, expected: Value, actual: Any) -> None:
-    if expected is not None:
+def _given(model: BaseModel, key: str) -> bool:
+    """Whether ``key`` was written in the file (an explicit ``null`` included)."""
+    return key in model.model_fields_set
+
+
+def _check(
+    failures: list[ExpectationFailure],
+    where: str,
+    model: BaseModel,
+    key: str,
+    actual: Any,
+) -> None:
+    """Check ``model.<key>`` against ``actual`` when the file gives it (``null`` too)."""
+    if _given(model, key):
+        expected: Value = getattr(model, key)
         _fail(failures, where, check_value(expected, actual, where))
 
 
@@ -257,7 +270,7 @@ def _check_step(
     label = f"step {exp.id}"
 
     def same(key: str, want: Any, got: Any) -> None:
-        if want is not None and want != got:
+        if _given(exp, key) and want != got:
             extra = ""
             if key in ("status", "error_kind") and result.error:
                 extra = f" — error: {short(result.error, 300)}"
@@ -274,9 +287,9 @@ def _check_step(
     same("error_kind", exp.error_kind, result.error_kind)
     same("attempts", exp.attempts, result.attempts)
     same("llm_calls", exp.llm_calls, result.llm_calls)
-    _check(failures, f"{where}.error", exp.error, result.error)
-    _check(failures, f"{where}.note", exp.note, result.note)
-    _check(failures, f"{where}.output", exp.output, result.output)
+    _check(failures, f"{where}.error", exp, "error", result.error)
+    _check(failures, f"{where}.note", exp, "note", result.note)
+    _check(failures, f"{where}.output", exp, "output", result.output)
     if exp.args:
         if result.args is None:
             failures.append(
@@ -304,18 +317,18 @@ def check_run(expect: Expectations, run: Run, observed: Observer) -> list[Expect
         One failure per expectation that does not hold, in the order of the file's keys.
     """
     failures: list[ExpectationFailure] = []
-    if expect.status is not None and run.status != expect.status:
+    if _given(expect, "status") and run.status != expect.status:
         why = f" — {short(run.error, 400)}" if run.error else ""
         failures.append(
             ExpectationFailure("status", f"expected {expect.status}, got {run.status}{why}")
         )
-    if expect.error_kind is not None and run.error_kind != expect.error_kind:
+    if _given(expect, "error_kind") and run.error_kind != expect.error_kind:
         failures.append(
             ExpectationFailure(
                 "error_kind", f"expected run error kind {expect.error_kind}, got {run.error_kind}"
             )
         )
-    _check(failures, "error", expect.error, run.error)
+    _check(failures, "error", expect, "error", run.error)
     if expect.plan is not None:
         _check_plan(failures, "plan", expect.plan, run)
     for i, p in enumerate(expect.plans):
@@ -369,7 +382,7 @@ def check_run(expect: Expectations, run: Run, observed: Observer) -> list[Expect
                     "fallbacks", f"expected a {code} fallback event, got {sorted(set(codes))}"
                 )
             )
-    _check(failures, "answer", expect.answer, run.answer)
+    _check(failures, "answer", expect, "answer", run.answer)
     _check_output(failures, expect.output, run)
     total_llm = run.usage.total_llm_calls
     if expect.max_llm_calls is not None and total_llm > expect.max_llm_calls:
@@ -388,7 +401,7 @@ def check_run(expect: Expectations, run: Run, observed: Observer) -> list[Expect
             )
         )
     for purpose, n in expect.llm_calls.items():
-        got_n = run.usage.llm_calls.get(purpose, 0)
+        got_n = total_llm if purpose == "total" else run.usage.llm_calls.get(purpose, 0)
         if got_n != n:
             failures.append(
                 ExpectationFailure(

@@ -111,9 +111,16 @@ class ScenarioResult:
 
     @property
     def first_problem(self) -> str:
-        """The first failing expectation, or the error, or ``""``."""
+        """The first failing expectation, or the error, or ``""``.
+
+        An error whose first line only introduces details (``invalid scenario 'x':``)
+        is given with its first detail, so the wrong key shows in one line.
+        """
         if self.failures:
             return str(self.failures[0])
+        lines = [line.strip() for line in (self.error or "").splitlines() if line.strip()]
+        if len(lines) > 1 and lines[0].endswith(":"):
+            return f"{lines[0]} {lines[1]}"
         return self.error or ""
 
     def describe(self) -> str:
@@ -286,8 +293,12 @@ def load_report(path: str | os.PathLike[str]) -> SuiteReport:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read report {str(p)!r}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{str(p)!r} is not a planexec regression report")
+    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(
+            f'{str(p)!r} is not a planexec regression report: expected "format": '
+            f"{REPORT_FORMAT!r} (found {found!r}); write one with planexec regress --json FILE"
+        )
     return SuiteReport.from_dict(data)
 
 

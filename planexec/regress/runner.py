@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
@@ -35,6 +35,8 @@ from pydantic import BaseModel
 
 from planexec._loading import load_object
 from planexec.errors import CassetteError, ConfigError, PlanexecError
+from planexec.evaluation import EvalCase, EvalStatus, Evaluator, FunctionEvaluator, Verdict
+from planexec.events import Event, StepFinished, ToolCallStarted
 from planexec.regress.cassette import CassetteChatModel
 from planexec.regress.expectations import Observer, check_run
 from planexec.regress.report import ExpectationFailure, ScenarioResult, SuiteReport
@@ -43,15 +45,21 @@ from planexec.regress.scenario import (
     FakeTool,
     MCPTools,
     ModuleTools,
+    RaisedReply,
+    Reply,
     Scenario,
     ScriptedReplies,
+    ScriptedVerdicts,
     load_scenario,
 )
 from planexec.results import Run
 from planexec.testing import ScriptedChatModel, fake_tool
 
 __all__ = [
+    "ScriptedEvaluator",
+    "ScriptedModelError",
     "arun_scenario",
+    "build_evaluator",
     "build_model",
     "discover",
     "matches_filter",
@@ -149,6 +157,94 @@ def _recorder(scenario: Scenario, record_model: str | None) -> BaseChatModel:
     return load_model(source)
 
 
+class ScriptedModelError(RuntimeError):
+    """What a scripted ``{raise: MESSAGE}`` reply raises (a provider error, not retried)."""
+
+
+def _reply(reply: Reply) -> str | BaseException:
+    """A scripted reply as `ScriptedChatModel` takes it: text, or the error to raise."""
+    if isinstance(reply, RaisedReply):
+        if reply.transient:
+            return ConnectionError(reply.raise_)
+        return ScriptedModelError(reply.raise_)
+    return reply
+
+
+class ScriptedEvaluator:
+    """An `Evaluator` answering from a scenario's ``{verdicts: [...]}``, in order."""
+
+    def __init__(self, spec: ScriptedVerdicts) -> None:
+        self.verdicts = [
+            Verdict(EvalStatus(v))
+            if isinstance(v, str)
+            else Verdict(EvalStatus(v.status), v.evaluation, v.lesson, v.judge_error)
+            for v in spec.verdicts
+        ]
+        self.calls = 0
+        """How many verdicts were asked for."""
+
+    async def evaluate(self, case: EvalCase) -> Verdict:
+        """The next scripted verdict.
+
+        Raises:
+            ConfigError: the script has no verdict left.
+        """
+        self.calls += 1
+        if self.calls > len(self.verdicts):
+            raise ConfigError(
+                f"the evaluator was asked for verdict {self.calls} but the scenario scripts "
+                f"{len(self.verdicts)} (add verdicts for the extra evaluations)"
+            )
+        return self.verdicts[self.calls - 1]
+
+
+def build_evaluator(scenario: Scenario) -> Evaluator | None:
+    """The scenario's evaluator: scripted verdicts, or one loaded from ``MODULE:ATTR``.
+
+    An object with an ``evaluate`` method is used as it is; a class (or another
+    zero-argument callable) returning such an object is called; any other callable is a
+    function of the `EvalCase` (`FunctionEvaluator`).
+
+    Raises:
+        ConfigError: ``MODULE:ATTR`` gives nothing usable as an evaluator.
+    """
+    spec = scenario.evaluator
+    if spec is None:
+        return None
+    if isinstance(spec, ScriptedVerdicts):
+        return ScriptedEvaluator(spec)
+    obj = load_object(spec)
+    if isinstance(obj, type):
+        obj = obj()
+    if hasattr(obj, "evaluate"):
+        return cast(Evaluator, obj)
+    if callable(obj):
+        return FunctionEvaluator(obj)
+    raise ConfigError(f"evaluator {spec!r} is neither an evaluator nor a function")
+
+
+@dataclass
+class _Canceller:
+    """Cancels the run (as a caller would) once ``after`` tool calls were made."""
+
+    after: int
+    cancel: Callable[[], Any] | None = None
+    calls: int = 0
+    fired: bool = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ToolCallStarted):
+            self.calls += 1
+        elif (
+            isinstance(event, StepFinished)
+            and not self.fired
+            and self.calls >= self.after
+            and self.cancel is not None
+        ):
+            self.fired = True
+            self.cancel()
+
+
 def build_model(
     scenario: Scenario, *, record: bool = False, record_model: str | None = None
 ) -> BaseChatModel | None:
@@ -161,12 +257,30 @@ def build_model(
     if spec is None:
         return None
     if spec.replies is not None:
-        return ScriptedChatModel(replies=list(spec.replies), name_=f"scenario:{scenario.name}")
+        return ScriptedChatModel(
+            replies=[_reply(r) for r in spec.replies], name_=f"scenario:{scenario.name}"
+        )
     assert spec.cassette is not None
     path = scenario.resolve_path(spec.cassette)
     if record:
         return CassetteChatModel(path, mode="record", inner=_recorder(scenario, record_model))
     return CassetteChatModel(path, mode="replay")
+
+
+def _evaluator_problems(evaluator: Evaluator | None, strict: bool) -> list[ExpectationFailure]:
+    """Scripted verdicts left unused (with ``model.strict``)."""
+    if not strict or not isinstance(evaluator, ScriptedEvaluator):
+        return []
+    given = len(evaluator.verdicts)
+    if evaluator.calls >= given:
+        return []
+    return [
+        ExpectationFailure(
+            "evaluator.verdicts",
+            f"{given - evaluator.calls} of {given} scripted verdicts were never used (the "
+            f"run was evaluated {evaluator.calls} time(s))",
+        )
+    ]
 
 
 def _model_problems(model: BaseChatModel | None, strict: bool) -> list[ExpectationFailure]:
@@ -215,7 +329,12 @@ def _run_id(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:60] or "scenario"
 
 
-async def _run(scenario: Scenario, model: BaseChatModel | None, observer: Observer) -> Run:
+async def _run(
+    scenario: Scenario,
+    model: BaseChatModel | None,
+    observer: Observer,
+    evaluator: Evaluator | None = None,
+) -> Run:
     from planexec.agent import PlanExecuteAgent
 
     typed: dict[str, Any] = {}
@@ -225,18 +344,54 @@ async def _run(scenario: Scenario, model: BaseChatModel | None, observer: Observ
             raise ConfigError(f"output_type {scenario.output_type!r} is not a pydantic model")
         typed["output_type"] = output_type
         typed["expected"] = scenario.expect.expected_output() or None
+    handlers: list[Any] = [observer]
+    canceller: _Canceller | None = None
+    if scenario.cancel_after_tool_calls is not None:
+        canceller = _Canceller(scenario.cancel_after_tool_calls)
+        handlers.append(canceller)
     async with open_tools(scenario) as tools:
-        agent = PlanExecuteAgent(model, tools, config=scenario.config)
+        agent = PlanExecuteAgent(model, tools, config=scenario.config, evaluator=evaluator)
         run_id = _run_id(scenario.name)
         if scenario.plan is not None:
-            return await agent.execute_plan(
+            coro = agent.execute_plan(
                 scenario.plan,
                 question=scenario.question,
                 run_id=run_id,
-                event_handlers=[observer],
+                event_handlers=handlers,
                 **typed,
             )
-        return await agent.run(scenario.question, run_id=run_id, event_handlers=[observer], **typed)
+        else:
+            coro = agent.run(scenario.question, run_id=run_id, event_handlers=handlers, **typed)
+        if canceller is None:
+            return await coro
+        # the caller's side of a cancellation: cancel the task running the agent
+        task = asyncio.ensure_future(coro)
+        canceller.cancel = task.cancel
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if (
+                not canceller.fired
+                or agent.last_run is None
+                or (current is not None and current.cancelling())
+            ):
+                raise  # not ours: the scenario's own timeout, or the runner was cancelled
+            return agent.last_run
+
+
+def _stable_order(data: dict[str, Any]) -> dict[str, Any]:
+    """The run's data with each plan attempt's step results in step order.
+
+    Parallel steps finish in an order that timing decides; the report must not depend
+    on it, so ``--workers N`` gives the same report as one worker. A step with several
+    results in one attempt (re-runs) keeps them in the order they happened.
+    """
+    for attempt in data.get("attempts", []):
+        results = attempt.get("results")
+        if isinstance(results, list):
+            attempt["results"] = sorted(results, key=lambda r: r.get("step_id", 0))
+    return data
 
 
 def _cassette_miss(model: BaseChatModel | None) -> str | None:
@@ -309,8 +464,10 @@ async def arun_scenario(
     result.recorded = isinstance(model, CassetteChatModel) and model.mode == "record"
     observer = Observer()
     run: Run | None = None
+    evaluator: Evaluator | None = None
     try:
-        run = await asyncio.wait_for(_run(sc, model, observer), sc.timeout)
+        evaluator = build_evaluator(sc)
+        run = await asyncio.wait_for(_run(sc, model, observer, evaluator), sc.timeout)
     except TimeoutError:
         result.status = "error"
         result.error = f"the run did not finish within the scenario's timeout ({sc.timeout}s)"
@@ -320,7 +477,7 @@ async def arun_scenario(
         result.status, result.error = "error", f"the run raised {type(exc).__name__}: {exc}"
     miss = _cassette_miss(model)
     if run is not None:
-        result.run = run.to_dict()
+        result.run = _stable_order(run.to_dict())
         result.llm_calls = run.usage.total_llm_calls
         result.llm_calls_by_purpose = dict(run.usage.llm_calls)
         result.tool_calls = run.usage.tool_calls
@@ -329,6 +486,7 @@ async def arun_scenario(
             result.failures = [
                 *check_run(sc.expect, run, observer),
                 *_model_problems(model, strict),
+                *_evaluator_problems(evaluator, strict),
             ]
             result.status = "failed" if result.failures else "passed"
     if miss is not None:

@@ -38,10 +38,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from planexec.config import AgentConfig
 from planexec.errors import ConfigError, ErrorKind
@@ -51,7 +59,9 @@ from planexec.results import ResolutionMethod, RunStatus, StepStatus
 __all__ = [
     "SCENARIO_SUFFIX",
     "TYPE_NAMES",
+    "LLMPurpose",
     "AnswerExpectation",
+    "EvaluatorSpec",
     "Expectations",
     "FakeTool",
     "Matcher",
@@ -59,13 +69,17 @@ __all__ = [
     "ModelSpec",
     "ModuleTools",
     "PlanExpectation",
+    "RaisedReply",
     "RecoveryExpectation",
+    "Reply",
     "Scenario",
     "ScriptedReplies",
+    "ScriptedVerdicts",
     "StepExpectation",
     "ToolCallExpectation",
     "ToolSource",
     "Value",
+    "VerdictSpec",
     "as_matcher",
     "load_scenario",
     "scenario_name",
@@ -87,6 +101,9 @@ TYPE_NAMES: dict[str, tuple[type, ...]] = {
     "any": (object,),
 }
 """Type names usable in fake tool ``args`` and in ``type`` matchers."""
+
+LLMPurpose = Literal["plan", "resolve", "reason", "evaluate", "answer", "total"]
+"""A model call purpose in ``expect.llm_calls`` (``total``: all purposes together)."""
 
 TypeName = Literal["str", "int", "float", "number", "bool", "list", "dict", "null", "any"]
 """A type name (see `TYPE_NAMES`)."""
@@ -220,6 +237,23 @@ ToolSource = ModuleTools | MCPTools | list[FakeTool]
 # --------------------------------------------------------------------------- model
 
 
+class RaisedReply(_Strict):
+    """A scripted reply that is an error: the model call raises instead of answering.
+
+    Written ``- raise: "provider overloaded"`` in a list of replies.
+    """
+
+    raise_: str = Field(alias="raise", min_length=1)
+    """The error message the model call raises."""
+    transient: bool = False
+    """``true``: a connection error, which the agent's model client retries (within
+    ``config.model.retry``); ``false``: a provider error it does not retry."""
+
+
+Reply = str | RaisedReply
+"""A scripted reply: its text, or ``{raise: MESSAGE}`` for a model call that fails."""
+
+
 class ScriptedReplies(_Strict):
     """Scripted replies, served in order by `planexec.testing.ScriptedChatModel`."""
 
@@ -237,8 +271,9 @@ class ModelSpec(_Strict):
 
     cassette: str | None = None
     """A cassette file (``format: planexec-cassette``), relative to the scenario file."""
-    replies: list[str] | None = None
-    """Scripted replies, in order (instead of a cassette)."""
+    replies: list[Reply] | None = None
+    """Scripted replies, in order (instead of a cassette); ``{raise: MESSAGE}`` makes
+    that call fail."""
     record_with: str | ScriptedReplies | None = None
     """What ``--record`` records against: a model spec (``openai:gpt-4o-mini``, or
     ``replay:PATH`` for a replies file relative to the scenario) or scripted replies."""
@@ -252,6 +287,41 @@ class ModelSpec(_Strict):
         if self.record_with is not None and self.cassette is None:
             raise ValueError("model: 'record_with' needs a 'cassette' to record into")
         return self
+
+
+# --------------------------------------------------------------------------- evaluator
+
+
+class VerdictSpec(_Strict):
+    """One scripted verdict (`planexec.evaluation.Verdict`)."""
+
+    status: Literal["SUCCESS", "EXECUTION_ERROR", "INPUT_DATA_ERROR", "JOB_TOO_COMPLICATED"]
+    """The verdict's status."""
+    evaluation: str = ""
+    """Why, in words."""
+    lesson: str = ""
+    """What the next plan should do differently."""
+    judge_error: str | None = None
+    """Set: the judge itself failed (the run stops with ``EVALUATION_FAILED``)."""
+
+
+class ScriptedVerdicts(_Strict):
+    """An evaluator answering from a script: one verdict per evaluation, in order.
+
+    A plain status (``- SUCCESS``) stands for ``{status: SUCCESS}``. With ``model.strict``
+    (the default), verdicts left unused fail the scenario; running out is an error.
+    """
+
+    verdicts: list[
+        VerdictSpec
+        | Literal["SUCCESS", "EXECUTION_ERROR", "INPUT_DATA_ERROR", "JOB_TOO_COMPLICATED"]
+    ] = Field(min_length=1)
+    """The verdicts, in the order the run asks for them (one per finished plan)."""
+
+
+EvaluatorSpec = Annotated[str, StringConstraints(pattern=r"^[\w.]+:[\w.]+$")] | ScriptedVerdicts
+"""``MODULE:ATTR`` (an `Evaluator`, a zero-argument class or factory giving one, or a
+function of the `EvalCase`), or ``{verdicts: [...]}``."""
 
 
 # --------------------------------------------------------------------------- expectations
@@ -370,9 +440,10 @@ class Expectations(_Strict):
     """At most this many model calls, all purposes."""
     max_tool_calls: int | None = Field(default=None, ge=0)
     """At most this many tool call attempts."""
-    llm_calls: dict[str, int] = Field(default_factory=dict)
+    llm_calls: dict[LLMPurpose, int] = Field(default_factory=dict)
     """Exactly this many model calls for each purpose named (``plan``, ``resolve``,
-    ``reason``, ``evaluate``, ``answer``)."""
+    ``reason``, ``evaluate``, ``answer``; ``total``: all purposes). Another key is an
+    error, so a misspelt purpose is never a check silently passed."""
 
     def expected_output(self) -> dict[str, Any]:
         """The output fields with a plain expected value (what the run is given)."""
@@ -411,6 +482,13 @@ class Scenario(_Strict):
     ends with a ``final_answer`` step; see docs/recovery.md, "Typed outputs and blame")."""
     config: AgentConfig = Field(default_factory=AgentConfig)
     """Overrides of the agent's settings (`planexec.config.AgentConfig`)."""
+    evaluator: EvaluatorSpec | None = None
+    """Judges each finished plan: ``MODULE:ATTR``, or scripted ``{verdicts: [...]}``; a
+    non-success verdict re-plans with its lesson (``EVALUATION_FAILED``)."""
+    cancel_after_tool_calls: int | None = Field(default=None, ge=0)
+    """The caller cancels the run once this many tool calls (attempts) were made, when
+    the next step finishes (``0``: when the first step finishes): steps still running
+    or not started end ``CANCELLED``, and so does the run."""
     timeout: float = Field(default=30.0, gt=0)
     """Seconds the run may take."""
     expect: Expectations = Field(default_factory=Expectations)

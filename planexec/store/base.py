@@ -30,7 +30,9 @@ __all__ = [
     "StartedCall",
     "effective_status",
     "export_document",
+    "owner_alive",
     "pid_alive",
+    "process_start_time",
     "run_record",
     "unmatched_calls",
 ]
@@ -52,7 +54,7 @@ HOST = socket.gethostname()
 
 RUN_FIELDS = (
     "run_id", "question", "config", "status", "created_at", "updated_at", "finished_at",
-    "answer", "error", "error_kind", "plan_version", "pid", "host",
+    "answer", "error", "error_kind", "plan_version", "pid", "host", "pid_start",
 )
 """What a store keeps about a run (the `RunRecord` fields but ``step_counts``), in order."""
 
@@ -89,6 +91,12 @@ class RunRecord:
     """The process that last started or resumed the run."""
     host: str | None = None
     """The host of that process."""
+    pid_start: float | None = None
+    """When that process started (`process_start_time`; None where it cannot be read).
+
+    With ``pid`` it identifies the process: a live process with the same pid and another
+    start time is a different process that reused the pid.
+    """
 
     def to_dict(self) -> dict[str, Any]:
         """Return the record as JSON-ready data."""
@@ -107,6 +115,7 @@ class RunRecord:
             "step_counts": dict(self.step_counts),
             "pid": self.pid,
             "host": self.host,
+            "pid_start": self.pid_start,
         }
 
 
@@ -264,14 +273,80 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def effective_status(status: str, pid: int | None, host: str | None) -> RunStatus:
+_CLOCK_TICKS: int | None = None
+_BOOT_TIME: float | None = None
+
+
+def _boot_time() -> float | None:
+    global _BOOT_TIME
+    if _BOOT_TIME is None:
+        try:
+            with open("/proc/stat", encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("btime "):
+                        _BOOT_TIME = float(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
+            return None
+    return _BOOT_TIME
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch (None if unknown).
+
+    Read from field 22 of ``/proc/<pid>/stat`` (clock ticks after boot) and the boot
+    time in ``/proc/stat``; on systems without ``/proc`` it is None, and only the pid
+    identifies a run's process.
+    """
+    global _CLOCK_TICKS
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+        ticks = int(fields[19])  # field 22 counts from 1 and includes pid and comm
+        if _CLOCK_TICKS is None:
+            _CLOCK_TICKS = int(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    boot = _boot_time()
+    if boot is None or _CLOCK_TICKS <= 0:
+        return None
+    return boot + ticks / _CLOCK_TICKS
+
+
+MY_START = process_start_time(os.getpid())
+"""When this process started (`process_start_time`), recorded with its pid."""
+
+
+def owner_alive(pid: int | None, pid_start: float | None) -> bool:
+    """Whether the process recorded as ``pid`` (started at ``pid_start``) still runs here.
+
+    A live process with that pid but another start time reused the pid: the recorded
+    process is gone. When either start time is unknown, only the pid is checked.
+    """
+    if pid is None or not pid_alive(pid):
+        return False
+    if pid_start is None:
+        return True
+    now = MY_START if pid == os.getpid() else process_start_time(pid)
+    return now is None or abs(now - pid_start) < 1e-6
+
+
+def effective_status(
+    status: str, pid: int | None, host: str | None, pid_start: float | None = None
+) -> RunStatus:
     """Turn a recorded status into what is true now.
 
-    A run recorded as ``RUNNING`` by a process of this host that no longer exists is
-    ``INTERRUPTED``. A run of another host cannot be checked and stays ``RUNNING``.
+    A run recorded as ``RUNNING`` by a process of this host that no longer exists (or
+    whose pid now belongs to a process started at another time) is ``INTERRUPTED``. A
+    run of another host cannot be checked and stays ``RUNNING``.
     """
     st = RunStatus(status)
-    if st is RunStatus.RUNNING and pid is not None and host == HOST and not pid_alive(pid):
+    if (
+        st is RunStatus.RUNNING
+        and pid is not None
+        and host == HOST
+        and not owner_alive(pid, pid_start)
+    ):
         return RunStatus.INTERRUPTED
     return st
 
@@ -314,7 +389,9 @@ def run_record(fields: Mapping[str, Any], step_counts: dict[str, int]) -> RunRec
     Returns:
         The record.
     """
-    status = effective_status(fields["status"], fields["pid"], fields["host"])
+    status = effective_status(
+        fields["status"], fields["pid"], fields["host"], fields.get("pid_start")
+    )
     return RunRecord(
         run_id=fields["run_id"],
         question=fields["question"],
@@ -330,6 +407,7 @@ def run_record(fields: Mapping[str, Any], step_counts: dict[str, int]) -> RunRec
         step_counts=step_counts,
         pid=fields["pid"],
         host=fields["host"],
+        pid_start=fields.get("pid_start"),
     )
 
 

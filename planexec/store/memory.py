@@ -17,6 +17,7 @@ from planexec.events import Event, EventBus
 from planexec.results import RunStatus, StepStatus
 from planexec.store.base import (
     HOST,
+    MY_START,
     RUN_FIELDS,
     RecordedPlan,
     RecordedStep,
@@ -46,6 +47,7 @@ class _RunState:
     plan_version: int | None = None
     pid: int | None = None
     host: str | None = None
+    pid_start: float | None = None
     plans: dict[int, dict[str, Any]] = field(default_factory=dict)
     steps: dict[tuple[int, int], tuple[int, dict[str, Any], float]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -86,7 +88,8 @@ class MemoryRunStore:
             state = self._runs.get(event.run_id)
             if state is None:
                 state = self._runs[event.run_id] = _RunState(
-                    run_id=event.run_id, created_at=event.ts, pid=os.getpid(), host=HOST
+                    run_id=event.run_id, created_at=event.ts, pid=os.getpid(), host=HOST,
+                    pid_start=MY_START,
                 )
             state.updated_at = event.ts
             state.events.append(data)
@@ -97,7 +100,7 @@ class MemoryRunStore:
                 state.status = str(RunStatus.RUNNING)
                 state.finished_at = None
                 state.error = None
-                state.pid, state.host = os.getpid(), HOST
+                state.pid, state.host, state.pid_start = os.getpid(), HOST, MY_START
             elif kind == "PlanCreated":
                 version = int(data["version"])
                 state.plans[version] = data
@@ -146,7 +149,7 @@ class MemoryRunStore:
         if status is not None:
             records = [r for r in records if r.status is RunStatus(status)]
         records.sort(key=lambda r: r.created_at or 0.0, reverse=True)
-        return records[:limit]
+        return records[: max(0, limit)]
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         """Return a run's events in order, as JSON data."""
@@ -204,7 +207,7 @@ class MemoryRunStore:
             if error_kind is not None:
                 s.error_kind = error_kind
             if st is RunStatus.RUNNING:
-                s.pid, s.host, s.finished_at = os.getpid(), HOST, None
+                s.pid, s.host, s.pid_start, s.finished_at = os.getpid(), HOST, MY_START, None
             elif st is not RunStatus.INTERRUPTED:
                 s.finished_at = s.updated_at
 

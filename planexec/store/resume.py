@@ -45,7 +45,7 @@ from planexec.results import (
     StepStatus,
     Usage,
 )
-from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, pid_alive
+from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, owner_alive
 
 if TYPE_CHECKING:
     from planexec.agent import PlanExecuteAgent
@@ -164,13 +164,20 @@ def plan_resume(
         and not allow_running
         and record.host == HOST
         and record.pid is not None
-        and pid_alive(record.pid)
+        and owner_alive(record.pid, record.pid_start)
     ):
         raise RunError(
             f"run {run_id} is still running (process {record.pid} on {record.host}); "
-            "wait for it or stop it before resuming"
+            "wait for it or stop it before resuming, or, if you are sure it is not "
+            f"running, force it: planexec runs resume {run_id} --force"
         )
-    if record.status is RunStatus.RUNNING and not allow_running:
+    if record.status is RunStatus.RUNNING and allow_running:
+        run_log(run_id).warning(
+            "run {} is recorded as running by process {} on host {}; resuming it anyway "
+            "(forced): if that process is still running, both will run its steps", run_id,
+            record.pid, record.host,
+        )
+    elif record.status is RunStatus.RUNNING:
         run_log(run_id).warning(
             "run {} is recorded as running by process {} on host {}, which cannot be checked "
             "from here; resuming it — make sure it is not still running", run_id,
@@ -405,7 +412,12 @@ def catalog_is_safe(catalog: Any) -> Callable[[str], bool]:
 
 
 async def resume_run(
-    agent: PlanExecuteAgent, store: RunStore, run_id: str, rerun_unsafe: bool = False
+    agent: PlanExecuteAgent,
+    store: RunStore,
+    run_id: str,
+    rerun_unsafe: bool = False,
+    *,
+    allow_running: bool = False,
 ) -> Run:
     """Resume ``run_id`` with a `PlanExecuteAgent` (its tools, model, config and policy).
 
@@ -413,7 +425,8 @@ async def resume_run(
     decisions, re-plans are made (numbered after the recorded ones), the answer is
     written and the evaluator consulted. The events go to ``store`` (and to the agent's
     own store and handlers). A run recorded before any plan was made is planned afresh
-    under the same id.
+    under the same id. ``allow_running`` resumes a run whose recorded process still seems
+    alive (``planexec runs resume --force``).
 
     Raises:
         RunNotFoundError: no such run.
@@ -421,7 +434,7 @@ async def resume_run(
             the agent has no model to plan with.
     """
     rp = plan_resume(store, run_id, is_safe=catalog_is_safe(agent.catalog),
-                     rerun_unsafe=rerun_unsafe)
+                     rerun_unsafe=rerun_unsafe, allow_running=allow_running)
     if rp.complete:
         return run_from_store(store, run_id)
     handlers = [] if agent.store is store else [store.handle]

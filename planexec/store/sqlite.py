@@ -42,6 +42,7 @@ from planexec.results import RunStatus
 from planexec.store.base import (
     CHECKPOINT_EVENTS,
     HOST,
+    MY_START,
     RUN_FIELDS,
     RecordedPlan,
     RecordedStep,
@@ -118,9 +119,14 @@ def _migrate_v1(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_v2(conn: sqlite3.Connection) -> None:
+    """Record when a run's process started, so a reused pid is not taken for it."""
+    conn.execute("ALTER TABLE runs ADD COLUMN pid_start REAL")
+
+
 Migration = tuple[int, Callable[[sqlite3.Connection], None]]
 
-MIGRATIONS: list[Migration] = [(1, _migrate_v1)]
+MIGRATIONS: list[Migration] = [(1, _migrate_v1), (2, _migrate_v2)]
 """Schema steps ``(version, apply)`` in order; a file at version N gets every step > N."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -197,6 +203,7 @@ class SQLiteRunStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._connection()
+        self._restrict_permissions()
 
     def __repr__(self) -> str:
         return f"SQLiteRunStore({str(self.path)!r})"
@@ -217,27 +224,52 @@ class SQLiteRunStore:
         if self._conn is not None and self._conn_pid == os.getpid():
             return self._conn
         self._fast = None
+        # The file, its -wal and its -shm are created readable by the owner only.
+        old_umask = os.umask(0o077)
         try:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            mode = self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-            if str(mode).lower() != "wal":
-                raise StoreError(f"the run store {self.path} cannot use WAL mode ({mode})")
-            self._sync = None
-            self._retry(lambda: self._migrate(conn))
-        except BaseException:
-            conn.close()
-            raise
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                mode = self._retry(
+                    lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                )
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"the run store {self.path} cannot use WAL mode ({mode})")
+                self._sync = None
+                self._retry(lambda: self._migrate(conn))
+            except BaseException:
+                conn.close()
+                raise
+        finally:
+            os.umask(old_umask)
         self._conn, self._conn_pid = conn, os.getpid()
         return conn
+
+    def _private_files(self) -> list[Path]:
+        return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]
+
+    def _restrict_permissions(self) -> None:
+        """Make the store file and its ``-wal``/``-shm`` files readable by the owner only.
+
+        Runs hold questions, tool arguments, outputs and answers. Files created by this
+        store are 0600 from the start (see `_connection`); this also tightens files that
+        an older planexec created, when they belong to this user.
+        """
+        for f in self._private_files():
+            try:
+                st = f.stat()
+                if st.st_uid == os.getuid() and st.st_mode & 0o077:
+                    f.chmod(0o600)
+            except (OSError, AttributeError):  # absent, not ours, or no getuid (Windows)
+                continue
 
     def _fast_connection(self) -> sqlite3.Connection:
         """A second connection that never waits for a lock and never flushes to disk."""
@@ -447,10 +479,11 @@ class SQLiteRunStore:
         """Write a batch of one run's events (inside a transaction)."""
         first, last = batch[0], batch[-1]
         conn.execute(
-            "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host) "
-            "VALUES (?, 'RUNNING', ?, ?, ?, ?) "
+            "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, pid_start) "
+            "VALUES (?, 'RUNNING', ?, ?, ?, ?, ?) "
             "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
-            (first["run_id"], float(first["ts"]), float(last["ts"]), os.getpid(), HOST),
+            (first["run_id"], float(first["ts"]), float(last["ts"]), os.getpid(), HOST,
+             MY_START),
         )
         for data in batch:
             self._apply(conn, data)
@@ -469,9 +502,9 @@ class SQLiteRunStore:
         if kind == "RunStarted":
             conn.execute(
                 "UPDATE runs SET question = ?, config = ?, status = 'RUNNING', pid = ?, "
-                "host = ?, finished_at = NULL, error = NULL WHERE run_id = ?",
+                "host = ?, pid_start = ?, finished_at = NULL, error = NULL WHERE run_id = ?",
                 (data.get("question", ""), _dumps(data.get("config") or {}), os.getpid(),
-                 HOST, run_id),
+                 HOST, MY_START, run_id),
             )
         elif kind == "PlanCreated":
             plan = data.get("plan")
@@ -541,8 +574,8 @@ class SQLiteRunStore:
                 raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
             if st is RunStatus.RUNNING:
                 conn.execute(
-                    "UPDATE runs SET pid = ?, host = ? WHERE run_id = ?",
-                    (os.getpid(), HOST, run_id),
+                    "UPDATE runs SET pid = ?, host = ?, pid_start = ? WHERE run_id = ?",
+                    (os.getpid(), HOST, MY_START, run_id),
                 )
 
         self._write(apply)
@@ -591,6 +624,8 @@ class SQLiteRunStore:
         ``INTERRUPTED`` lists runs recorded as running whose process is gone.
         """
         want = RunStatus(status) if status is not None else None
+        if limit <= 0:
+            return []
 
         def read(conn: sqlite3.Connection) -> list[RunRecord]:
             sql = f"SELECT {self._RUN_COLUMNS} FROM runs"

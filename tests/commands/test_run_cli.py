@@ -81,7 +81,8 @@ def test_run_json_gives_steps_usage_and_diagnostics(
     assert [s["status"] for s in data["steps"]] == ["SUCCEEDED", "SUCCEEDED"]
     assert data["steps"][1]["args"] == {"site_name": "MAIN"}
     assert data["steps"][1]["resolution"] == {"site_name": "path"}
-    assert data["usage"]["tool_calls"] == 2 and data["usage"]["llm_calls"] == {}
+    assert data["usage"]["tool_calls"] == 2
+    assert data["usage"]["llm_calls"] == {"resolve": 0, "reason": 0}
     assert isinstance(data["diagnostics"], list)
 
 
@@ -116,7 +117,7 @@ def test_a_replay_model_fills_a_hinted_reference_and_is_counted(
     code = main(["run", str(plan), "--tools", DEMO_TOOLS, "--model", f"replay:{replies}", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert data["usage"]["llm_calls"] == {"resolve": 1}
+    assert data["usage"]["llm_calls"] == {"resolve": 1, "reason": 0}
     assert "llm" in {m for s in data["steps"] for m in s["resolution"].values()}
 
 

@@ -153,7 +153,8 @@ async def test_resume_continues_an_interrupted_run(
     store_path: Path, tools: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await interrupted_run(store_path, tools)
-    assert main(["runs", "resume", "cut", "--tools", "crash_tools:TOOLS", "--dry-run"]) == 0
+    assert await _in_thread(["runs", "resume", "cut", "--tools", "crash_tools:TOOLS",
+                             "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "reuse [1], re-run interrupted [2], run [3, 4]" in out
     assert calls(tmp_path) == []
@@ -163,7 +164,7 @@ async def test_resume_continues_an_interrupted_run(
     assert "run cut: SUCCEEDED" in capsys.readouterr().out
     assert sorted(calls(tmp_path)) == ["s2", "s3", "s4"]  # step 1 is not run again
 
-    assert main(["runs", "resume", "cut", "--tools", "crash_tools:TOOLS"]) == 0
+    assert await _in_thread(["runs", "resume", "cut", "--tools", "crash_tools:TOOLS"]) == 0
     assert "already SUCCEEDED" in capsys.readouterr().out
 
 
@@ -183,9 +184,43 @@ async def test_resume_of_an_unsafe_call_stops_and_says_how_to_force_it(
     assert sorted(calls(tmp_path)) == ["s2", "s3", "s4"]
 
 
-def test_resume_needs_the_tools(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "resume", "cut"]) == 2
-    assert "--tools MODULE:ATTR" in capsys.readouterr().err
+async def test_resume_needs_the_tools_when_the_run_recorded_none(
+    store_path: Path, tools: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await interrupted_run(store_path, tools)  # recorded without a tool source
+    assert await _in_thread(["runs", "resume", "cut"]) == 2
+    err = capsys.readouterr().err
+    assert "--tools MODULE:ATTR" in err and "--mcp-config FILE" in err
+
+
+async def test_resume_uses_the_tools_recorded_by_run_and_force_overrides_a_live_pid(
+    store_path: Path, tools: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.txt"
+    plan.write_text(tools.plan_text("nosuchtool"))
+    assert await _in_thread(["run", str(plan), "--tools", "crash_tools:TOOLS"]) == 1
+    [record] = SQLiteRunStore(store_path).list_runs()
+    assert record.config["tool_source"] == {"tools": "crash_tools:TOOLS"}
+    # a run still owned by a live process (this one) is refused, --force resumes it
+    with SQLiteRunStore(store_path) as store:
+        store.mark_status(record.run_id, "RUNNING")
+    assert await _in_thread(["runs", "resume", record.run_id, "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert "still running" in captured.err and "--force" in captured.err
+    code = await _in_thread(["runs", "resume", record.run_id, "--dry-run", "--force"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "using the run's recorded tools: --tools crash_tools:TOOLS" in captured.err
+    assert "--force" in captured.err and "warning" in captured.err
+
+
+def test_list_refuses_a_limit_below_one(
+    store_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["runs", "list", "--limit", "0"])
+    assert exc.value.code == 2
+    assert "at least 1" in capsys.readouterr().err
 
 
 async def test_the_html_timeline_is_self_contained_with_one_bar_per_step(

@@ -309,6 +309,34 @@ async def test_without_strict_a_broken_server_is_skipped_and_recorded(
     async with MCPToolset(config, strict=False) as toolset:
         assert "broken" in toolset.failures
         assert {(t.metadata or {})["planexec"]["server"] for t in toolset.tools} == {"fmsr"}
+        [marker] = toolset.markers
+        catalog = ToolCatalog([*toolset.tools, *toolset.markers])
+    assert set(catalog.unavailable) == {"broken"}
+    assert all(s.server == "fmsr" for s in catalog.specs())  # the marker is not a tool
+    assert "broken" in (catalog.unavailable_reason("anything", "broken") or "")
+    assert "broken" in (catalog.unavailable_reason("broken.anything") or "")
+    assert "broken" in (catalog.unavailable_reason("no_such_tool") or "")
+    assert catalog.unavailable_reason("failure_modes") is None  # a known tool
+    with pytest.raises(ToolException, match="broken"):
+        marker.invoke({})
+
+
+async def test_steps_on_a_server_that_could_not_start_fail_with_tool_error() -> None:
+    from planexec.mcp.client import unavailable_marker
+    from planexec.testing import fake_tool
+
+    marker = unavailable_marker("down", "MCP server 'down' failed to start\n--- stderr: oops")
+    catalog = ToolCatalog([fake_tool("sites", ["MAIN"]), marker])
+    plan = parse_plan(
+        "#Task1: s\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
+        "#Task2: d\n#Server2: down\n#Tool2: sites\n#Args2: {}\n#Dependency2: None\n"
+        "#Task3: q\n#Tool3: down.probe\n#Args3: {}\n#Dependency3: None\n"
+    )
+    results = {r.step_id: r for r in await Executor(catalog).run(plan)}
+    assert results[1].status is StepStatus.SUCCEEDED
+    for sid in (2, 3):
+        assert results[sid].error_kind is ErrorKind.TOOL_ERROR
+        assert "oops" in (results[sid].error or "") and "'down'" in (results[sid].error or "")
 
 
 async def test_a_server_that_dies_mid_run_fails_its_steps_with_tool_error_not_a_hang(

@@ -169,3 +169,113 @@ async def test_expose_tools_adds_the_underlying_tools_with_hints_and_errors() ->
         assert wrong.is_error and "site_name" in _text(wrong)
         unknown_site = await client.call_tool("assets", {"site_name": "NOWHERE"})
         assert unknown_site.is_error and "NOWHERE" in _text(unknown_site)
+
+
+async def test_execute_plan_records_its_plan_and_config_and_runs_resume_continues_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import sqlite3
+
+    from planexec.cli import main
+
+    path = tmp_path / "runs.sqlite3"
+    store = open_store(path)
+    source = {"tools": "planexec.examples.tools:TOOLS"}
+    async with Client(build_server(demo_tools(), store=store, tool_source=source)) as client:
+        ran = await client.call_tool("execute_plan", {"text": PLAN})
+        assert not ran.is_error, _text(ran)
+        assert ran.structured_content is not None
+        run_id = ran.structured_content["run_id"]
+        got = await client.call_tool("get_run", {"run_id": run_id})
+    assert got.structured_content is not None
+    doc = got.structured_content["run"]
+    [recorded_plan] = doc["plans"]
+    assert recorded_plan["version"] == 1 and recorded_plan["text"] == PLAN
+    assert len(recorded_plan["plan"]["steps"]) == len(ran.structured_content["results"])
+    config = doc["run"]["config"]
+    assert config["executor"]["max_concurrency"] == 8
+    assert config["tool_source"] == source
+    assert doc["run"]["status"] == "SUCCEEDED"
+    store.close()
+
+    # Cut the run short after its first step, as a killed server would leave it.
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM step_results WHERE run_id = ? AND step_id > 1", (run_id,))
+    conn.execute(
+        "UPDATE runs SET status = 'RUNNING', finished_at = NULL, pid = ? WHERE run_id = ?",
+        (2**22 + 4242, run_id),
+    )
+    conn.commit()
+    conn.close()
+    monkeypatch.setenv("PLANEXEC_STORE", str(path))
+    # no --tools: resume uses the tools the run recorded
+    code = await asyncio.to_thread(main, ["runs", "resume", run_id])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "reuse [1]" in out.out and f"run {run_id}: SUCCEEDED" in out.out
+    assert "using the run's recorded tools" in out.err
+
+
+async def test_get_run_returns_only_this_servers_runs_unless_all_runs(tmp_path: Path) -> None:
+    from planexec.agent import PlanExecuteAgent
+
+    path = tmp_path / "runs.sqlite3"
+    with open_store(path) as other:  # a run the user made elsewhere
+        await PlanExecuteAgent(None, demo_tools(), store=other).execute_plan(
+            PLAN, run_id="private-run"
+        )
+    store = open_store(path)
+    async with Client(build_server(demo_tools(), store=store)) as client:
+        hidden = await client.call_tool("get_run", {"run_id": "private-run"})
+        assert hidden.is_error and "--all-runs" in _text(hidden)
+    async with Client(build_server(demo_tools(), store=store, all_runs=True)) as client:
+        shown = await client.call_tool("get_run", {"run_id": "private-run"})
+        assert not shown.is_error, _text(shown)
+    store.close()
+
+
+async def test_exposed_tools_declare_an_output_schema_their_results_satisfy() -> None:
+    from langchain_core.tools import StructuredTool
+
+    def count(n: int) -> list[int]:
+        """Count to n."""
+        return list(range(n))
+
+    def greet(name: str) -> str:
+        """Greet."""
+        return f"hello {name}"
+
+    tools = [
+        *demo_tools(), StructuredTool.from_function(count), StructuredTool.from_function(greet)
+    ]
+    async with Client(build_server(tools, expose_tools=True)) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        for name, tool in listed.items():
+            assert tool.output_schema and tool.output_schema["type"] == "object", name
+        assert listed["count"].output_schema["properties"]["result"]["type"] == "array"
+        counted = await client.call_tool("count", {"n": 3})  # the SDK client validates it
+        assert counted.structured_content == {"result": [0, 1, 2]}
+        greeted = await client.call_tool("greet", {"name": "ann"})
+        assert greeted.structured_content == {"result": "hello ann"}
+        assert _text(greeted) == "hello ann"
+        sites = await client.call_tool("sites", {})
+        assert not sites.is_error and isinstance(sites.structured_content, dict)
+
+
+async def test_planexecs_client_gets_a_string_output_back_as_a_string() -> None:
+    from langchain_core.tools import StructuredTool
+
+    from planexec.mcp.client import result_value
+
+    def greet(name: str) -> str:
+        """Greet."""
+        return f"hello {name}"
+
+    async with Client(
+        build_server([StructuredTool.from_function(greet)], expose_tools=True)
+    ) as client:
+        result = await client.call_tool("greet", {"name": "ann"})
+    assert result_value(result) == "hello ann"

@@ -78,6 +78,26 @@ def test_http_requests_without_the_bearer_token_are_refused(
     )
     assert _post(served.url, {"Authorization": "Bearer wrong"})[0] == 401
     assert _post(served.url, {"Authorization": "Bearer s3cret"})[0] == 200
+    assert _post(served.url, {"Authorization": "bearer s3cret"})[0] == 200  # RFC 7235
+    assert _post(served.url, {"Authorization": "BEARER  s3cret"})[0] == 200
+    assert _post(served.url, {"Authorization": "Basic s3cret"})[0] == 401
+    assert _post(served.url, {"Authorization": "s3cret"})[0] == 401
+
+
+async def test_a_wrong_token_is_reported_by_planexecs_client_as_http_401(
+    http_serve_factory: Callable[..., Any],
+) -> None:
+    from planexec.errors import ToolLoadError
+    from planexec.mcp import MCPToolset
+
+    served = http_serve_factory("--token", "s3cret")
+    config = {"mcpServers": {"pe": {"url": served.url,
+                                    "headers": {"Authorization": "Bearer wrong"}}}}
+    with pytest.raises(ToolLoadError) as exc:
+        async with MCPToolset(config, startup_timeout=20):
+            pass
+    message = str(exc.value)
+    assert "'pe'" in message and "401" in message and "headers.Authorization" in message
 
 
 async def test_serve_exposes_tools_from_mcp_servers_and_runs_plans_over_them(

@@ -482,3 +482,166 @@ def test_path_like_text_after_a_closed_reference_is_kept_as_text_with_a_warning(
     [diag] = [d for d in plan.diagnostics if d.code == "REF_SUFFIX_TEXT"]
     assert diag.severity is Severity.WARNING and diag.step == 2
     assert "<step_1.name>" in diag.message
+
+
+# -- #Args written below its line, fields on one line, reasoning steps ----------------
+
+
+@pytest.mark.parametrize(
+    "below",
+    [
+        '{"site_name": "MAIN"}',
+        '{\n  "site_name": "MAIN"\n}',
+        '```json\n{"site_name": "MAIN"}\n```',
+        '```\n{\n  "site_name": "MAIN"\n}\n```',
+        '\n{"site_name": "MAIN"}',
+    ],
+)
+def test_args_left_empty_on_their_line_take_the_json_written_below(below: str) -> None:
+    plan = parse_hashstep(
+        f"#Task1: a\n#Tool1: assets\n#Args1:\n{below}\n#Dependency1: None\n"
+        "#ExpectedOutput1: assets\n"
+    )
+    step = plan.steps[0]
+    assert step.args == {"site_name": "MAIN"} and step.args_valid
+    assert {"ARGS_NONE", "PROSE_IGNORED"}.isdisjoint(codes(plan))
+    assert step.expected_output == "assets"
+
+
+def test_args_opening_a_fence_on_their_line_take_the_fenced_json() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: assets\n#Args1: ```json\n{"site_name": "MAIN"}\n```\n'
+        "#Dependency1: None\n"
+    )
+    assert plan.steps[0].args == {"site_name": "MAIN"} and plan.steps[0].args_valid
+    assert "ARGS_NONE" not in codes(plan)
+
+
+def test_empty_args_with_nothing_below_are_a_warning_saying_no_arguments_were_given() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: sites\n#Args1:\n#Dependency1: None\n")
+    d = diag(plan, "ARGS_NONE")
+    assert d.severity is Severity.WARNING and "no arguments given" in d.message
+    assert plan.steps[0].args == {}
+
+
+def test_empty_args_then_prose_keep_the_prose_out_of_the_arguments() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: sites\n#Args1:\nThis step needs no input.\n")
+    assert plan.steps[0].args == {}
+    assert {"ARGS_NONE", "PROSE_IGNORED"} <= codes(plan)
+
+
+def test_a_fence_closing_the_plan_after_empty_args_is_not_read_as_arguments() -> None:
+    plan = parse_hashstep("```\n#Task1: a\n#Tool1: sites\n#Args1:\n```\nThat is the plan.\n")
+    assert plan.steps[0].args == {} and "ARGS_NONE" in codes(plan)
+    assert "PROSE_IGNORED" in codes(plan)
+
+
+def test_an_unclosed_fence_of_args_at_the_end_is_cut_off() -> None:
+    plan = parse_hashstep('#Task1: a\n#Tool1: assets\n#Args1:\n```json\n{"site_name": "MA')
+    assert not plan.steps[0].args_valid
+    assert diag(plan, "ARGS_TRUNCATED").severity is Severity.ERROR
+
+
+def test_several_fields_on_one_line_are_split_with_a_warning() -> None:
+    plan = parse_hashstep(
+        '#Task1: list sites #Tool1: sites #Args1: {"limit": 2}\n'
+        "#Task2: b\n#Tool2: assets\n#Args2: {}\n"
+    )
+    first = plan.steps[0]
+    assert (first.task, first.tool, first.args) == ("list sites", "sites", {"limit": 2})
+    assert "#Tool1" in diag(plan, "FIELDS_ON_ONE_LINE").message
+
+
+def test_field_like_text_inside_json_strings_is_not_split() -> None:
+    plan = parse_hashstep('#Task1: a\n#Tool1: note\n#Args1: {"text": "see #Tool2: x"}\n')
+    assert plan.steps[0].args == {"text": "see #Tool2: x"}
+    assert "FIELDS_ON_ONE_LINE" not in codes(plan)
+
+
+def test_args_without_a_tool_are_kept_and_reported() -> None:
+    plan = parse_hashstep('#Task1: a\n#Tool1: sites\n#Task2: b\n#Args2: {"site": "MAIN"}\n')
+    step = plan.steps[1]
+    assert step.tool is None and step.args == {"site": "MAIN"}
+    d = diag(plan, "ARGS_WITHOUT_TOOL")
+    assert d.severity is Severity.WARNING and d.step == 2 and "no #Tool" in d.message
+
+
+def test_a_reasoning_step_naming_its_inputs_in_args_is_not_reported() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: sites\n#Task2: b\n#Tool2: none\n#Args2: {"sites": "{step_1}"}\n'
+    )
+    assert "ARGS_WITHOUT_TOOL" not in codes(plan)
+    assert plan.steps[1].depends_on == (1,)
+
+
+def test_references_in_a_reasoning_steps_task_become_dependencies() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: assets\n#Args1: {"site_name": "MAIN"}\n#Dependency1: None\n'
+        "#Task2: Pick the chiller id from {step_1} and <step_1.items>\n#Tool2: none\n"
+        "#Dependency2: None\n"
+    )
+    assert plan.steps[1].depends_on == (1,) and plan.steps[1].explicit_deps == ()
+    d = diag(plan, "DEPENDENCY_ADDED")
+    assert d.severity is Severity.INFO and d.step == 2 and "#Task" in d.message
+
+
+def test_references_in_a_tool_steps_task_add_no_dependency() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: sites\n#Task2: use {step_1}\n#Tool2: sites\n")
+    assert plan.steps[1].depends_on == ()
+
+
+def test_a_reference_in_a_dict_key_is_an_error_and_the_step_must_not_run() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: sites\n#Task2: b\n#Tool2: sensors\n'
+        '#Args2: {"asset_id": "A1", "tags": {"{step_1}": 1}}\n'
+    )
+    assert not plan.steps[1].args_valid
+    d = diag(plan, "REF_IN_KEY")
+    assert d.severity is Severity.ERROR and "'{step_1}'" in d.message and "args.tags" in d.message
+
+
+def test_a_placeholder_looking_dict_key_is_a_warning() -> None:
+    plan = parse_hashstep('#Task1: a\n#Tool1: t\n#Args1: {"tags": {"{name}": 1}}\n')
+    assert plan.steps[0].args_valid
+    assert "key '{name}'" in diag(plan, "PLACEHOLDER_UNRECOGNIZED").message
+
+
+@pytest.mark.parametrize(
+    "value", ["{step_1[{step_1.site}]}", "<step_1.a<step_1>>", "{{step_1.x[{step_1.i}]}}"]
+)
+def test_a_reference_nested_in_another_placeholder_is_reported(value: str) -> None:
+    plan = parse_hashstep(
+        f'#Task1: a\n#Tool1: sites\n#Task2: b\n#Tool2: t\n#Args2: {{"a": "{value}"}}\n'
+    )
+    d = diag(plan, "REF_NESTED")
+    assert d.severity is Severity.WARNING and d.step == 2
+
+
+def test_ordinary_text_around_references_is_not_reported_as_nested() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: sites\n#Task2: b\n#Tool2: t\n'
+        '#Args2: {"q": "sites <step_1> and more", "r": "[{step_1}]"}\n'
+    )
+    assert "REF_NESTED" not in codes(plan)
+
+
+def test_placeholder_text_naming_a_step_becomes_a_hinted_reference() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: assets\n#Task2: b\n#Tool2: t\n'
+        '#Args2: {"site_name": "[site from step 1]", "asset_id": "ASSET_ID_FROM_STEP_1"}\n'
+    )
+    args = plan.steps[1].args
+    for name in ("site_name", "asset_id"):
+        ref = args[name]
+        assert isinstance(ref, Ref) and ref.step == 1 and ref.is_hinted, name
+    assert plan.steps[1].depends_on == (1,)
+
+
+def test_an_angle_placeholder_naming_no_step_is_reported_and_ordinary_text_is_not() -> None:
+    plan = parse_hashstep(
+        '#Task1: a\n#Tool1: t\n#Args1: {"site_name": "<site_name>", "a": "Chiller 6", '
+        '"b": "a <b> tag", "c": "SOP_STEP_3", "d": "step 1 of the procedure"}\n'
+    )
+    found = [d for d in plan.diagnostics if d.code == "PLACEHOLDER_UNRECOGNIZED"]
+    assert len(found) == 1 and "'<site_name>'" in found[0].message
+    assert plan.steps[0].args["a"] == "Chiller 6" and plan.steps[0].args["c"] == "SOP_STEP_3"

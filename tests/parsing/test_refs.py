@@ -464,3 +464,59 @@ def test_dialect_references_with_any_path_round_trip(
     assert to_jsonable(found) == {"x": canon if whole else f"{pre} {canon} {post}"}
     assert next(iter_refs(found)).whole_value == whole
     assert path_like_suffixes(found) == []
+
+
+# --- placeholder text that names a step, angle placeholders, keys --------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "step"),
+    [
+        ("[site from step 1]", 1),
+        ("ASSET_ID_FROM_STEP_1", 1),
+        ("asset_id_from_step_12", 12),
+        ("site_of_step2", 2),
+        ("step_3", 3),
+        ("STEP_4_site", 4),
+    ],
+)
+def test_text_naming_a_step_is_a_whole_value_hinted_reference(text: str, step: int) -> None:
+    ref = find_refs({"a": text})["a"]
+    assert isinstance(ref, Ref) and ref.step == step and ref.is_hinted and ref.whole_value
+    assert contains_placeholder(text)
+
+
+def test_a_bracketed_step_mention_inside_text_is_embedded() -> None:
+    value = find_refs("use [the site from step 2] here")
+    assert isinstance(value, Template) and value.refs[0].step == 2 and value.refs[0].is_hinted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Chiller 6",
+        "a <b> tag",
+        "SOP_STEP_3",
+        "step 1 of the procedure",
+        "FOOTSTEP_1",
+        "[1, 2, 3]",
+        '["step 1", "x"]',
+        "see [note 3]",
+        "x_step_2",
+    ],
+)
+def test_ordinary_text_is_no_reference_and_no_placeholder(text: str) -> None:
+    assert find_refs(text) == text
+    assert not contains_placeholder(text)
+
+
+@pytest.mark.parametrize("text", ["<site_name>", " <asset id> ", "<YOUR_API_KEY>"])
+def test_a_whole_angle_placeholder_is_a_placeholder(text: str) -> None:
+    assert find_refs(text) == text  # names no step: not a reference
+    assert contains_placeholder(text)
+
+
+def test_placeholders_in_dict_keys_are_found() -> None:
+    assert contains_placeholder({"tags": {"{step_1}": 1}})
+    assert contains_placeholder([{"<site_name>": 1}])
+    assert not contains_placeholder({"tags": {"temp": 1}})

@@ -159,6 +159,37 @@ def big_tools(size: int) -> list[BaseTool]:
     ]
 
 
+def counter_tools(hints: dict[str, Any] | None = None) -> list[BaseTool]:
+    """``count`` returns how often it was called; ``note``/``notes`` share one list.
+
+    All their state is in-process (closures), as in most real tools: it survives between
+    calls only if the calls reach the same tool objects.
+    """
+    calls = {"n": 0}
+    notes: list[str] = []
+
+    def count() -> dict[str, Any]:
+        calls["n"] += 1
+        return {"n": calls["n"], "pid": os.getpid()}
+
+    def note(text: str) -> dict[str, Any]:
+        notes.append(text)
+        return {"noted": text}
+
+    def read_notes() -> dict[str, Any]:
+        return {"notes": list(notes), "pid": os.getpid()}
+
+    meta = {"planexec": dict(hints or READ)}
+    return [
+        StructuredTool.from_function(func=count, name="count", description="Count.",
+                                     metadata=meta),
+        StructuredTool.from_function(func=note, name="note", description="Note.",
+                                     metadata=meta),
+        StructuredTool.from_function(func=read_notes, name="notes", description="Notes.",
+                                     metadata=meta),
+    ]
+
+
 # -- agents for run_many --------------------------------------------------------------------
 
 QUICK = AgentConfig.from_dict(

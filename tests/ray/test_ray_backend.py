@@ -157,7 +157,63 @@ async def test_the_invariant_holds_the_tool_is_not_called_with_a_placeholder(
     assert h.calls_of(tmp_path, "flaky") == 0
 
 
+async def test_a_tool_keeps_its_in_process_state_between_calls_on_both_backends(
+    backend: str,
+) -> None:
+    steps = (
+        mk(1, "count"), mk(2, "count", deps=(1,)), mk(3, "note", {"text": "a"}, deps=(2,)),
+        mk(4, "note", {"text": "b"}, deps=(3,)), mk(5, "notes", deps=(4,)),
+    )
+    got, _ = await run_plan(backend, h.counter_tools(), *steps)
+    assert [got[i].output["n"] for i in (1, 2)] == [1, 2]
+    # Two tools sharing one list (like the demo's work-order book) still share it.
+    assert got[5].output["notes"] == ["a", "b"]
+
+
+async def test_a_flaky_in_memory_tool_recovers_on_its_retry_on_both_backends(
+    backend: str,
+) -> None:
+    tools = [fake_tool("flaky", {"ok": True}, error=RuntimeError("down"), fail_times=1,
+                       hints=SAFE)]
+    got, events = await run_plan(backend, tools, mk(1, "flaky"))
+    assert got[1].ok and got[1].attempts == 2, got[1].error
+    assert [e.code for e in events if isinstance(e, FallbackUsed)] == ["TOOL_RETRY"]
+
+
 # -- Ray only -------------------------------------------------------------------------------
+
+
+async def test_tools_that_ask_for_nothing_share_one_actor_and_others_get_their_own(
+    ray_session: Any,
+) -> None:
+    runner = RayToolRunner()
+    tools = [*h.counter_tools(), h.where_tool()]
+    got, _ = await run_plan(
+        "ray", tools, mk(1, "count"), mk(2, "notes"), mk(3, "where"), runner=runner
+    )
+    assert all(r.ok for r in got.values())
+    assert got[1].output["pid"] == got[2].output["pid"] != os.getpid()
+    assert got[3].output["pid"] != got[1].output["pid"]  # where asks for 0.5 CPU
+    assert got[3].output["resources"] == {"CPU": 0.5}
+    assert (runner.actors, runner.tasks, runner.calls) == (2, 0, 3)
+    runner.close()
+    again, _ = await run_plan("ray", tools, mk(1, "count"), runner=runner)
+    assert again[1].output["n"] == 1  # a closed runner's actors (and state) are gone
+
+
+async def test_a_stateless_tool_runs_each_call_as_a_task_on_a_fresh_copy(
+    ray_session: Any,
+) -> None:
+    runner = RayToolRunner(RaySettings(tool_options={"count": RayOptions(stateless=True)}))
+    got, _ = await run_plan(
+        "ray", h.counter_tools(), mk(1, "count"), mk(2, "count", deps=(1,)), runner=runner
+    )
+    assert [got[i].output["n"] for i in (1, 2)] == [1, 1]  # the documented trade-off
+    assert (runner.tasks, runner.actors) == (2, 0)
+    opts = tool_options(ToolCatalog(h.counter_tools()).get("count"), runner.settings)
+    assert opts.stateless and opts.to_ray() == {}  # not a Ray option
+
+
 
 
 async def test_tool_steps_run_in_ray_worker_processes_with_their_resources(

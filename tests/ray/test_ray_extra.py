@@ -53,3 +53,71 @@ def test_an_unknown_backend_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="executor.backend"):
         AgentConfig.from_dict({"executor": {"backend": "dask"}})
+
+
+class FakeRay:
+    """Stands in for the ``ray`` module: records how planexec would start Ray."""
+
+    def __init__(self) -> None:
+        self.inits: list[dict[str, Any]] = []
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: Any) -> None:
+        self.inits.append(kwargs)
+
+
+@pytest.mark.parametrize(
+    ("address", "env", "joined"),
+    [
+        (None, None, "local"),  # never an unrelated Ray that happens to run here
+        ("", None, "local"),
+        (None, "ray://head:10001", "ray://head:10001"),
+        ("auto", "ray://head:10001", "auto"),
+        ("head:6379", None, "head:6379"),
+    ],
+)
+def test_without_an_address_planexec_starts_a_private_ray_not_any_running_one(
+    monkeypatch: pytest.MonkeyPatch, address: str | None, env: str | None, joined: str
+) -> None:
+    from planexec.distributed import _ray
+
+    fake = FakeRay()
+    monkeypatch.setattr(_ray, "import_ray", lambda: fake)
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    assert _ray.ensure_ray(address, num_cpus=2) is fake
+    assert fake.inits[0]["address"] == joined and fake.inits[0]["num_cpus"] == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "address"),
+    [(["--ray"], None), (["--ray", "auto"], "auto"), (["--ray", "ray://h:10001"], "ray://h:10001")],
+)
+def test_regress_ray_passes_the_address_and_warns_that_workers_do_not_apply(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+    argv: list[str],
+    address: str | None,
+) -> None:
+    import planexec.distributed.regress as dr
+    from planexec.cli import main
+    from planexec.regress.report import ScenarioResult, SuiteReport
+
+    seen: dict[str, Any] = {}
+
+    def fake_suite(paths: Any, *, address: str | None = None, **kw: Any) -> SuiteReport:
+        seen["address"] = address
+        return SuiteReport([ScenarioResult(name="a")])
+
+    monkeypatch.setattr(dr, "run_suite_on_ray", fake_suite)
+    assert main(["regress", str(tmp_path), *argv, "--workers", "4"]) == 0
+    assert seen["address"] == address  # None: $RAY_ADDRESS, else a private local Ray
+    err = capsys.readouterr().err
+    assert "--workers 4 is ignored with --ray" in err
+    assert main(["regress", str(tmp_path), *argv]) == 0
+    assert "ignored" not in capsys.readouterr().err

@@ -98,3 +98,48 @@ def test_record_writes_the_cassette_and_replay_uses_it(
     assert "(recorded)" in capsys.readouterr().out
     assert (tmp_path / "sites.cassette.yaml").is_file()
     assert main(["regress", str(tmp_path)]) == 0
+
+
+def test_text_with_square_brackets_is_printed_as_it_is(
+    tmp_path: Path, sites_scenario: Factory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = sites_scenario(
+        name="brackets [x]",
+        tools=[{"name": "sites", "output": "see [link] and [bold]x", "hints": {"read_only": True}}],
+        expect={"steps": [{"id": 1, "output": "something else"}]},
+    )
+    (tmp_path / "b.scenario.yaml").write_text(yaml.safe_dump(data))
+    assert main(["regress", str(tmp_path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())  # the table may wrap lines
+    assert "brackets [x]" in out
+    assert 'got "see [link] and [bold]x"' in out
+    missing = tmp_path / "missing[ray]"
+    assert main(["regress", str(missing)]) == 2
+    assert "missing[ray]" in " ".join(capsys.readouterr().err.split())
+
+
+def test_an_invalid_scenario_shows_the_wrong_key_in_the_summary(
+    tmp_path: Path, sites_scenario: Factory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = sites_scenario(expect={"llm_calls": {"plann": 0}})
+    (tmp_path / "typo.scenario.yaml").write_text(yaml.safe_dump(data))
+    assert main(["regress", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    table = out.split("0 passed")[0]
+    assert "expect.llm_calls.plann" in " ".join(table.split())
+
+
+def test_workers_give_the_same_report_as_one_worker(
+    scenarios_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from planexec.regress.report import load_report, stable_run
+
+    reports = []
+    for workers in ("1", "2"):
+        path = tmp_path / f"r{workers}.json"
+        args = ["regress", str(scenarios_dir), "--filter", "fanout", "--workers", workers]
+        assert main([*args, "--json", str(path)]) == 0
+        results = load_report(path).results
+        reports.append([(r.name, r.status, stable_run(r.run)) for r in results])
+    capsys.readouterr()
+    assert reports[0] == reports[1]

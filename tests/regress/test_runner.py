@@ -271,3 +271,167 @@ def test_a_baseline_comparison_shows_status_changes_and_moved_calls() -> None:
     assert "ok: model calls 2 → 4, tool calls 1 → 1" in lines
     assert lines[-1].startswith("totals: model calls 5 → 7")
     assert comparison.to_dict()["regressions"] == ["ok"]
+
+
+# --------------------------------------------------------------------------- review fixes
+
+BOOM_PLAN = """\
+#Task1: List the sites.
+#Tool1: sites
+#Args1: {}
+#Dependency1: None
+#ExpectedOutput1: The sites.
+"""
+SITES_PLAN_TEXT = BOOM_PLAN
+
+
+def boom_scenario(expect: dict[str, object]) -> dict[str, object]:
+    """A plan run without a model whose only tool raises "boom"."""
+    return {
+        "name": "boom",
+        "plan": BOOM_PLAN,
+        "tools": [{"name": "sites", "error": "boom"}],
+        "config": {"executor": {"tool_retry": {"attempts": 1}}},
+        "expect": expect,
+    }
+
+
+def test_an_explicit_null_expectation_is_checked_not_skipped(tmp_path: Path) -> None:
+    expect = {
+        "status": "FAILED",
+        "error": None,
+        "answer": None,
+        "steps": [{"id": 1, "error": None, "note": None, "output": None}],
+    }
+    result = run_scenario(write(tmp_path, boom_scenario(expect), "nulls"))
+    assert result.status == "failed", result.describe()
+    wheres = [f.where for f in result.failures]
+    assert "error" in wheres  # the run failed with an error message, not null
+    assert "steps[0].error" in wheres
+    assert "answer" not in wheres  # no model, no answer: null holds
+    assert "steps[0].note" not in wheres and "steps[0].output" not in wheres
+    assert any("expected null, got" in f.message for f in result.failures)
+
+
+def test_an_expectation_not_written_is_not_checked(tmp_path: Path) -> None:
+    result = run_scenario(write(tmp_path, boom_scenario({"status": "FAILED"}), "unwritten"))
+    assert result.status == "passed", result.describe()
+
+
+def test_llm_calls_total_counts_every_purpose(tmp_path: Path, sites_scenario: Factory) -> None:
+    ok = sites_scenario(expect={"llm_calls": {"plan": 1, "answer": 1, "total": 2}})
+    assert run_scenario(write(tmp_path, ok, "total")).status == "passed"
+    bad = sites_scenario(expect={"llm_calls": {"total": 3}})
+    result = run_scenario(write(tmp_path, bad, "total3"))
+    assert [str(f) for f in result.failures][0].startswith(
+        "llm_calls.total: expected 3 total model call(s), got 2"
+    )
+
+
+def test_a_scripted_reply_can_raise_and_the_run_records_the_model_error(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    data = sites_scenario(
+        model={"replies": [{"raise": "provider overloaded"}]},
+        config={"model": {"retry": {"attempts": 1}}},
+        expect={"status": "FAILED", "error_kind": "MODEL_ERROR"},
+    )
+    result = run_scenario(write(tmp_path, data, "raise"))
+    assert result.status == "passed", result.describe()
+    assert result.run is not None and "provider overloaded" in result.run["error"]
+
+
+def test_a_transient_raised_reply_is_retried_by_the_model_client(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    replies = [{"raise": "connection reset", "transient": True}, SITES_PLAN_TEXT, "One: MAIN."]
+    data = sites_scenario(
+        model={"replies": replies},
+        config={"model": {"retry": {"attempts": 2, "base_delay": 0, "jitter": 0}}},
+        expect={"status": "SUCCEEDED", "llm_calls": {"plan": 2, "answer": 1}},
+    )
+    result = run_scenario(write(tmp_path, data, "transient"))
+    assert result.status == "passed", result.describe()
+
+
+def test_scripted_verdicts_left_unused_fail_the_scenario(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    data = sites_scenario(evaluator={"verdicts": ["SUCCESS", "SUCCESS"]})
+    result = run_scenario(write(tmp_path, data, "unused"))
+    assert result.status == "failed"
+    assert str(result.failures[0]).startswith(
+        "evaluator.verdicts: 1 of 2 scripted verdicts were never used"
+    )
+
+
+def test_running_out_of_scripted_verdicts_is_an_error(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    replies = [SITES_PLAN_TEXT, "One site.", SITES_PLAN_TEXT, "One site."]
+    data = sites_scenario(model={"replies": replies}, evaluator={"verdicts": ["EXECUTION_ERROR"]})
+    result = run_scenario(write(tmp_path, data, "exhausted"))
+    assert result.status == "error"
+    assert "the evaluator was asked for verdict 2" in (result.error or "")
+
+
+def test_an_evaluator_can_come_from_module_attr(
+    tmp_path: Path, sites_scenario: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_judges.py").write_text(
+        "def only_main(case):\n"
+        "    ok = 'MAIN' in (case.answer or '')\n"
+        "    return ok if ok else ('INPUT_DATA_ERROR', 'no MAIN', 'name MAIN')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = sites_scenario(evaluator="my_judges:only_main", expect={"status": "SUCCEEDED"})
+    assert run_scenario(write(tmp_path, data, "judged")).status == "passed"
+    bad = sites_scenario(
+        evaluator="my_judges:only_main",
+        model={"replies": [SITES_PLAN_TEXT, "One site."]},
+        config={"recovery": {"max_replans": 0}},
+        expect={"status": "FAILED", "error_kind": "EVALUATION_FAILED"},
+    )
+    result = run_scenario(write(tmp_path, bad, "judged_bad"))
+    assert result.status == "passed", result.describe()
+
+
+def test_an_invalid_file_shows_the_wrong_key_in_its_first_problem(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    path = write(tmp_path, sites_scenario(expect={"llm_calls": {"plann": 0}}), "typo")
+    report = run_suite([path])
+    first = report.results[0].first_problem
+    assert report.results[0].status == "error"
+    assert "\n" not in first
+    assert "expect.llm_calls.plann" in first
+
+
+def test_a_baseline_that_is_not_a_report_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match="is not a planexec regression report.*--json"):
+        load_report(path)
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="is not a planexec regression report"):
+        load_report(path)
+
+
+def test_step_results_in_the_report_are_in_step_order(scenarios_dir: Path) -> None:
+    result = run_scenario(scenarios_dir / "demo_fanout_history_plan.scenario.yaml")
+    assert result.run is not None
+    for attempt in result.run["attempts"]:
+        ids = [r["step_id"] for r in attempt["results"]]
+        assert ids == sorted(ids)
+
+
+def test_a_cancelled_scenario_run_is_reported_as_cancelled(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    data = sites_scenario(
+        cancel_after_tool_calls=0,
+        model={"replies": [SITES_PLAN_TEXT]},
+        expect={"status": "CANCELLED", "error_kind": "CANCELLED", "recovery": []},
+    )
+    result = run_scenario(write(tmp_path, data, "cancel"))
+    assert result.status == "passed", result.describe()

@@ -182,3 +182,25 @@ def test_every_scenario_of_the_suite_validates_against_the_published_schema() ->
         assert errors == [], f"{f.name}: {errors}"
     bad = {"question": "q", "model": {"replies": []}, "expect": {"statuz": "FAILED"}}
     assert any("statuz" in e.message for e in validator.iter_errors(bad))
+
+
+def test_an_unknown_llm_calls_purpose_is_rejected(tmp_path: Path, sites_scenario: Factory) -> None:
+    data = sites_scenario(expect={"llm_calls": {"plann": 0}})
+    with pytest.raises(ConfigError, match=r"expect\.llm_calls\.plann.*'plan', 'resolve'"):
+        load_scenario(write(tmp_path, data))
+
+
+def test_a_raised_reply_and_an_evaluator_are_validated(
+    tmp_path: Path, sites_scenario: Factory
+) -> None:
+    bad_reply = sites_scenario(model={"replies": [{"raise": "x", "status": 503}]})
+    with pytest.raises(ConfigError, match="status"):
+        load_scenario(write(tmp_path, bad_reply))
+    bad_verdict = sites_scenario(evaluator={"verdicts": ["GREAT"]})
+    with pytest.raises(ConfigError, match="evaluator"):
+        load_scenario(write(tmp_path, bad_verdict))
+    bad_spec = sites_scenario(evaluator="not a module path")
+    with pytest.raises(ConfigError, match="evaluator"):
+        load_scenario(write(tmp_path, bad_spec))
+    with pytest.raises(ConfigError, match="cancel_after_tool_calls"):
+        load_scenario(write(tmp_path, sites_scenario(cancel_after_tool_calls=-1)))

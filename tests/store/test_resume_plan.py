@@ -272,3 +272,11 @@ async def test_a_resumed_run_replans_after_the_recorded_versions() -> None:
     assert [p.version for p in store.plans("r")] == [1, 2]
     assert store.plans("r")[1].reason is not None
     assert store.get_run("r").plan_version == 2
+
+
+async def test_a_live_process_with_the_runs_pid_but_another_start_time_does_not_own_it() -> None:
+    store = MemoryRunStore()
+    await record_partial_run(store)
+    store._runs["run-1"].pid_start = 12.0  # this pid, but a process started long ago
+    assert store.get_run("run-1").status is RunStatus.INTERRUPTED
+    assert plan_resume(store, "run-1", is_safe=safe_tools).rerun == (2,)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 
@@ -27,7 +29,7 @@ def test_a_new_file_is_created_in_wal_mode_at_the_current_schema(tmp_path: Path)
     with SQLiteRunStore(path) as store:
         assert path.exists()
         assert store.journal_mode() == "wal"
-        assert store.schema_version() == SCHEMA_VERSION == 1
+        assert store.schema_version() == SCHEMA_VERSION == 2
 
 
 async def test_runs_survive_closing_and_reopening_the_file(tmp_path: Path) -> None:
@@ -49,11 +51,11 @@ def test_an_empty_version_0_file_is_migrated_to_the_current_schema(tmp_path: Pat
     conn.commit()
     conn.close()
     with SQLiteRunStore(path) as store:
-        assert store.schema_version() == 1
+        assert store.schema_version() == SCHEMA_VERSION
         assert store.list_runs() == []
 
 
-async def test_a_v1_file_is_migrated_to_a_later_schema_keeping_its_runs(
+async def test_a_file_is_migrated_to_a_later_schema_keeping_its_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "runs.sqlite3"
@@ -64,9 +66,10 @@ async def test_a_v1_file_is_migrated_to_a_later_schema_keeping_its_runs(
     def v2(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]'")
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, (2, v2)])
+    later = SCHEMA_VERSION + 1
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, (later, v2)])
     with SQLiteRunStore(path) as migrated:
-        assert migrated.schema_version() == 2
+        assert migrated.schema_version() == later
         assert migrated.get_run("run-1").question == "which assets?"
         columns = [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(runs)")]
         assert "tags" in columns
@@ -82,11 +85,14 @@ def test_a_failing_migration_leaves_the_file_at_its_old_version(
         conn.execute("CREATE TABLE half_done (x)")
         conn.execute("THIS IS NOT SQL")
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, (2, broken)])
+    later = SCHEMA_VERSION + 1
+    monkeypatch.setattr(
+        sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, (later, broken)]
+    )
     with pytest.raises(StoreError, match="syntax error"):
         SQLiteRunStore(path)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "half_done" not in tables
 
@@ -215,3 +221,68 @@ def test_the_default_path_follows_the_environment_variable(
     assert default_store_path().name == "runs.sqlite3"
     assert "planexec" in str(default_store_path())
     assert isinstance(open_store(":memory:"), MemoryRunStore)
+
+
+async def test_a_v1_file_gets_the_process_start_column_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    conn = sqlite3.connect(path)
+    sqlite_module._migrate_v1(conn)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO runs (run_id, question, status, created_at, pid, host) "
+        "VALUES ('old', 'q', 'SUCCEEDED', 1.0, 1, 'h')"
+    )
+    conn.commit()
+    conn.close()
+    with SQLiteRunStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        record = store.get_run("old")
+        assert (record.question, record.pid_start) == ("q", None)
+
+
+async def test_a_run_whose_pid_was_reused_by_another_process_is_interrupted(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    with SQLiteRunStore(path) as store:
+        await record_partial_run(store)
+        assert store.get_run("run-1").status is RunStatus.RUNNING  # this live process
+        assert store.get_run("run-1").pid_start is not None
+    conn = sqlite3.connect(path)
+    # pid 1 exists (and so does this process), but neither started at time 12.0
+    for pid in (1, os.getpid()):
+        conn.execute("UPDATE runs SET pid = ?, pid_start = 12.0 WHERE run_id = 'run-1'", (pid,))
+        conn.commit()
+        with SQLiteRunStore(path) as store:
+            assert store.get_run("run-1").status is RunStatus.INTERRUPTED
+            assert [r.run_id for r in store.list_runs(status="INTERRUPTED")] == ["run-1"]
+    conn.close()
+
+
+async def test_the_store_file_and_its_wal_are_readable_by_the_owner_only(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    with SQLiteRunStore(path) as store:
+        await record_failed_run(store)
+        files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+        present = [f for f in files if f.exists()]
+        assert path in present
+        for f in present:
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+
+def test_an_existing_world_readable_store_is_made_private(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    SQLiteRunStore(path).close()
+    path.chmod(0o644)
+    SQLiteRunStore(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_a_limit_below_one_lists_no_runs(tmp_path: Path) -> None:
+    for store in (SQLiteRunStore(tmp_path / "runs.sqlite3"), MemoryRunStore()):
+        await record_failed_run(store)
+        assert len(store.list_runs(limit=1)) == 1
+        assert store.list_runs(limit=0) == [] and store.list_runs(limit=-3) == []
+        store.close()
