@@ -15,7 +15,8 @@ Measured in one process, one phase after the other (ratios compare phases of thi
 3. ``runs_cluster``: the same on a simulated two-node `ray.cluster_utils.Cluster` (a
    head without CPUs and two nodes of one CPU each), on this same machine.
 4. ``tool_calls``: the per-call overhead: M sequential calls of a no-op tool through the
-   executor, `LocalToolRunner` vs `RayToolRunner`, and a plan of K parallel blocking
+   executor, `LocalToolRunner` vs `RayToolRunner` (calls to the tool's actor, the
+   default, and stateless tasks, the opt-in), and a plan of K parallel blocking
    steps on both backends.
 
 Writes ``benchmarks/results/ray_throughput.json``.
@@ -183,14 +184,24 @@ async def parallel_steps(runner: Any, k: int, sleep: float) -> float:
 async def tool_calls(calls: int, k: int, sleep: float) -> dict[str, Any]:
     from planexec.distributed import RayOptions, RaySettings, RayToolRunner
 
+    # default: calls go to the tool's actor; opt-in: one stateless task per call
     ray_runner = RayToolRunner(RaySettings(default=RayOptions(num_cpus=0.25)))
-    await per_call(ray_runner, 5)  # warm-up: workers, tool shipping
+    task_runner = RayToolRunner(RaySettings(default=RayOptions(num_cpus=0.25, stateless=True)))
+    await per_call(ray_runner, 5)  # warm-up: the actor, tool shipping
+    await per_call(task_runner, 5)  # warm-up: task workers
     local = await per_call(None, calls)
     on_ray = await per_call(ray_runner, calls)
+    as_tasks = await per_call(task_runner, calls)
     local_par = await parallel_steps(None, k, sleep)
     ray_par = await parallel_steps(ray_runner, k, sleep)
+    task_par = await parallel_steps(task_runner, k, sleep)
     lm, rm = statistics.median(local), statistics.median(on_ray)
+    tm = statistics.median(as_tasks)
     return {
+        "stateless_median_ms": tm * 1000,
+        "stateless_over_local_per_call": tm / lm,
+        "parallel_stateless_wall_s": task_par,
+        "parallel_stateless_over_local": task_par / local_par,
         "calls": calls,
         "local_median_ms": lm * 1000,
         "ray_median_ms": rm * 1000,
@@ -259,6 +270,10 @@ def main() -> None:
         "ray_runs_per_s_over_local": out["runs_ray"]["runs_per_s"] / local_rate,
         "ray_per_call_over_local": out["tool_calls"]["ray_over_local_per_call"],
         "ray_parallel_steps_wall_over_local": out["tool_calls"]["parallel_ray_over_local"],
+        "ray_stateless_per_call_over_local": out["tool_calls"]["stateless_over_local_per_call"],
+        "ray_stateless_parallel_steps_wall_over_local": (
+            out["tool_calls"]["parallel_stateless_over_local"]
+        ),
     }
     if "runs_cluster" in out:
         out["ratios"]["cluster_runs_per_s_over_local"] = (

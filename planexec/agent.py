@@ -487,8 +487,18 @@ class PlanExecuteAgent:
             named += [(f"limits.sequence_limits[{i}].pattern", n) for n in seq.pattern]
         named += [(f"executor.tool_timeouts[{n!r}]", n) for n in cfg.executor.tool_timeouts]
         problems: list[str] = []
+        down = getattr(self.catalog, "unavailable", None) or {}
         for key, name in named:
             if self.catalog.has(name):
+                continue
+            server = name.split(".", 1)[0] if "." in name else None
+            if server is not None and server in down:
+                run_log("-").warning(
+                    "{}: tool {!r} is on server {!r}, which could not start; not checked",
+                    key,
+                    name,
+                    server,
+                )
                 continue
             close = self.catalog.suggest(name)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""

@@ -719,7 +719,8 @@ class Executor:
                     StepStatus.FAILED,
                     ErrorKind.ARGS_SYNTAX,
                     f"step {step.id}: the arguments of tool {step.tool!r} could not be "
-                    f"read as written{text} (see the plan's error diagnostics); the tool was not called",
+                    f"read as written{text} (see the plan's error diagnostics); "
+                    "the tool was not called",
                 )
             spec = await self._lookup(step)
             ctx.tool, ctx.server = spec.name, spec.server or step.server

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from planexec.errors import ErrorKind
 from planexec.evaluation import (
     CombinedEvaluator,
@@ -128,8 +130,6 @@ def test_long_outputs_are_cut_to_the_budget() -> None:
 
 
 async def test_a_judge_on_a_plain_model_uses_the_runs_client_with_its_timeout() -> None:
-    import pytest
-
     from planexec.errors import ModelTimeoutError
     from planexec.resilience import ResilientModelClient, RetryPolicy
 

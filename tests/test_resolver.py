@@ -576,3 +576,103 @@ async def test_a_hinted_reference_to_a_missing_step_never_reaches_the_model() ->
     fail = failed(await resolve(s, spec_of(asset_id=str), model), ErrorKind.MISSING_REFERENCE)
     assert "argument 'asset_id'" in fail.message and "step 11" in fail.message
     assert model.calls == 0
+
+
+# -- keys, partial methods, JSON text, nested placeholders -------------------------------
+
+
+async def test_a_placeholder_in_a_dict_key_needs_the_fallback_and_fails_without_a_model() -> None:
+    fail = failed(
+        await resolve(step({"tags": {"{step_1}": 1}}), spec_of(tags=dict)),
+        ErrorKind.RESOLUTION_FAILED,
+    )
+    assert "'tags'" in fail.message and "dict key '{step_1}'" in fail.message
+
+
+async def test_a_placeholder_in_a_dict_key_is_replaced_by_the_fallback() -> None:
+    model = ScriptedChatModel(replies=['{"tags": {"MAIN": 1}}'])
+    out = resolved(await resolve(step({"tags": {"<site_name>": 1}}), spec_of(tags=dict), model))
+    assert out.args == {"tags": {"MAIN": 1}} and out.methods == {"tags": M.LLM}
+
+
+async def test_a_fallback_reply_with_a_placeholder_key_is_retried() -> None:
+    model = ScriptedChatModel(replies=['{"tags": {"{step_1}": 1}}', '{"tags": {"MAIN": 1}}'])
+    out = resolved(await resolve(step({"tags": Ref(1, hint="tags of step 1", raw="{x}")}),
+                                 spec_of(tags=dict), model))
+    assert out.args == {"tags": {"MAIN": 1}} and model.calls == 2
+
+
+async def test_a_failure_keeps_the_methods_of_the_arguments_that_resolved() -> None:
+    fail = failed(
+        await resolve(step({"site": Ref(1, ("sites", 0, "name")), "asset_id": HINTED, "n": 3}),
+                      spec_of(site=str, asset_id=str, n=int)),
+        ErrorKind.RESOLUTION_FAILED,
+    )
+    assert fail.methods == {"site": M.PATH, "n": M.LITERAL}
+
+
+async def test_an_invalid_argument_failure_keeps_every_method() -> None:
+    fail = failed(
+        await resolve(step({"site": Ref(1, ("sites", 0, "name")), "colour": "red"}),
+                      spec_of(site=str)),
+        ErrorKind.ARGS_INVALID,
+    )
+    assert fail.methods == {"site": M.PATH, "colour": M.LITERAL}
+
+
+def embedded(*parts: Any) -> Template:
+    return Template(tuple(Ref(p[0], p[1], whole_value=False) if isinstance(p, tuple) else p
+                          for p in parts))
+
+
+async def test_a_value_interpolated_where_escaped_json_wants_a_value_is_written_as_json(
+    warnings: list[str],
+) -> None:
+    events: list[Event] = []
+    value = embedded('[{"site": ', (1, ("sites", 0, "name")), "}]")
+    out = resolved(await resolve(step({"json_string": value}), spec_of(json_string=str),
+                                 bus=EventBus([events.append])))
+    assert out.args == {"json_string": '[{"site": "MAIN"}]'}
+    assert json.loads(out.args["json_string"]) == [{"site": "MAIN"}]
+    assert out.methods == {"json_string": M.INTERPOLATED}
+    assert [e.code for e in events if isinstance(e, FallbackUsed)] == ["ARG_INTERPOLATED_JSON"]
+    assert any("written as JSON" in w for w in warnings)
+
+
+async def test_a_value_interpolated_inside_a_json_string_is_escaped() -> None:
+    results = {1: ok(1, {"name": 'Chiller "6"'})}
+    value = embedded('{"name": "', (1, ("name",)), '"}')
+    out = resolved(await resolve(step({"j": value}), spec_of(j=str), results=results))
+    assert json.loads(out.args["j"]) == {"name": 'Chiller "6"'}
+
+
+async def test_json_text_that_needs_no_change_is_interpolated_plainly_and_silently() -> None:
+    events: list[Event] = []
+    value = embedded('[{"name": "', (1, ("sites", 0, "name")), '", "n": ', (4, ("n",)), "}]")
+    out = resolved(await resolve(step({"j": value}), spec_of(j=str),
+                                 bus=EventBus([events.append])))
+    assert out.args == {"j": '[{"name": "MAIN", "n": 42}]'}
+    assert not [e for e in events if isinstance(e, FallbackUsed)]
+
+
+async def test_json_looking_text_that_stays_invalid_is_reported() -> None:
+    events: list[Event] = []
+    value = embedded("{site: ", (1, ("sites", 0, "name")), "}")
+    out = resolved(await resolve(step({"j": value}), spec_of(j=str),
+                                 bus=EventBus([events.append])))
+    assert out.args == {"j": "{site: MAIN}"}
+    notes = [e.message for e in events if isinstance(e, FallbackUsed)]
+    assert len(notes) == 1 and "not valid JSON" in notes[0]
+
+
+async def test_ordinary_text_is_interpolated_plainly() -> None:
+    value = embedded("site ", (1, ("sites", 0, "name")), " now")
+    out = resolved(await resolve(step({"q": value}), spec_of(q=str)))
+    assert out.args == {"q": "site MAIN now"}
+
+
+async def test_interpolation_that_leaves_a_reference_needs_the_fallback() -> None:
+    # {step_1[{step_1.sites[0].name}]}: the inner reference resolves, the outer stays
+    value = embedded("{step_1[", (1, ("sites", 0, "name")), "]}")
+    fail = failed(await resolve(step({"q": value}), spec_of(q=str)), ErrorKind.RESOLUTION_FAILED)
+    assert "still looks like a reference" in fail.message and "'q'" in fail.message

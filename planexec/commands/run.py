@@ -9,6 +9,12 @@ file in the user data directory) unless ``--no-store`` is given: the plan, each 
 result and the events, so ``planexec runs show RUN_ID`` shows it and ``planexec runs
 resume RUN_ID`` continues it if it was interrupted. The plan runs exactly as without a
 store (the executor alone: no recovery, no answer); the store only observes it.
+
+``--json`` prints ``{"run_id", "steps": [StepResult.to_dict() ...], "usage",
+"diagnostics"}``: each step with its ``raw_output`` and its ``resolution`` (on a failed
+step, the methods of the arguments that did resolve); ``usage.llm_calls`` names every
+purpose a plan run has (``resolve``, ``reason``) with explicit zeros, and
+``usage.wall_time`` is the execution's duration in seconds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Scale-out on Ray (``pip install "planexec[ray]"``): tool steps and whole runs.
 
-- `RayToolRunner`: the executor's tool calls as Ray tasks, with resources per tool and
-  earlier outputs passed as object references. Chosen by one setting,
+- `RayToolRunner`: the executor's tool calls on Ray — in each tool's actor, so tool state
+  persists between calls as locally (or as stateless tasks, opt-in per tool) — with
+  resources per tool and earlier outputs passed as object references. Chosen by one setting,
   ``AgentConfig.executor.backend = "ray"`` (or ``Executor(..., runner=RayToolRunner())``).
 - `run_many` / `arun_many`: whole agent runs on Ray workers, their events streamed back
   to the driver's store; a run whose worker dies is retried elsewhere when its tools are

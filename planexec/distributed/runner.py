@@ -7,12 +7,13 @@ ways:
 - **in an actor (the default)**: each tool lives in a Ray actor for as long as the
   runner does, and every call of that tool goes to it, so the tool's in-process state
   (counters, caches, a work-order book, a ``fail_times`` countdown) persists between
-  calls exactly as it does locally. A tool that asks for resources of its own
-  (``num_cpus``, ``num_gpus``, ``memory``, custom ``resources``) gets an actor of its
-  own, created at its first call with that request, which it holds for the actor's
-  life; tools that ask for nothing share one host actor per runner (an actor is a
-  worker process: starting one costs about a second). Calls to one actor run
-  concurrently on its event loop (sync tools in its thread pool), as locally;
+  calls exactly as it does locally. The runner starts one actor per distinct resource
+  request (``num_cpus``, ``num_gpus``, ``memory``, custom ``resources``), at the first
+  call of a tool asking for it, and the actor holds that request for its life; tools
+  that ask for nothing share an actor that reserves nothing. Tools of one catalog
+  that go to the same actor are pickled together, so state they share with each other
+  (the demo's work-order book) stays shared. Calls to an actor run concurrently on its
+  event loop (sync tools in its thread pool), as locally;
 - **as a stateless task (opt in)**: a tool whose options say ``stateless = true``
   (``tool.metadata["planexec"]["ray"]["stateless"]``, ``RaySettings.tool_options`` or
   ``default``) runs each call as a Ray task with its resource request, anywhere in the
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -299,7 +301,7 @@ class RayToolRunner:
         self._tool_refs: dict[int, tuple[BaseTool, Any]] = {}
         self._hosts: dict[int, _Hosted] = {}
         self._groups: dict[int, tuple[BaseTool, list[ToolSpec]]] = {}
-        self._shared_host: Any = None
+        self._actors: dict[str, Any] = {}
         self._keys = itertools.count(1)
         self._outputs: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
         self._lock = threading.RLock()
@@ -332,14 +334,13 @@ class RayToolRunner:
             self._tool_refs.clear()
             self._hosts.clear()
             self._groups.clear()
-            self._shared_host = None
+            self._actors.clear()
 
     def close(self) -> None:
         """Stop the tool actors now (their resources are freed) and `clear` the runner."""
         with self._lock:
             hosts = {id(e.host): e.host for e in self._hosts.values()}
-            if self._shared_host is not None:
-                hosts[id(self._shared_host)] = self._shared_host
+            hosts.update((id(a), a) for a in self._actors.values())
         if hosts:
             ray = import_ray()
             for host in hosts.values():
@@ -352,9 +353,9 @@ class RayToolRunner:
     def attach_catalog(self, catalog: Iterable[ToolSpec]) -> None:
         """Note which tools come together (the `Executor` calls this with its catalog).
 
-        Tools of one catalog that ask for no resources of their own are shipped to their
-        shared actor together, in one pickle, so state they share — the demo's
-        work-order book, a client object — stays shared on Ray as it is locally.
+        Tools of one catalog that ask for the same resources are shipped to their actor
+        together, in one pickle, so state they share — the demo's work-order book, a
+        client object — stays shared on Ray as it is locally.
         """
         specs = list(catalog)
         with self._lock:
@@ -394,24 +395,25 @@ class RayToolRunner:
             if entry is not None:
                 return entry
             request = options.to_ray()
-            if request:  # the tool's own actor, holding its resources
-                specs, shipped = self._ship(ray, [spec])
-                host = _host_class().options(**request).remote()
+            kept = self._groups.get(id(spec.tool))
+            group = kept[1] if kept is not None and kept[0] is spec.tool else [spec]
+            # The tool goes with its catalog's other tools that ask for the same resources
+            # and are not hosted yet: one pickle, so state they share stays shared.
+            specs, shipped = self._ship(ray, [spec] + [
+                s for s in group
+                if s.tool is not spec.tool
+                and self._is_hosted(s.tool) is None
+                and not self.options_for(s).stateless
+                and self.options_for(s).to_ray() == request
+            ])
+            host_key = json.dumps(request, sort_keys=True)
+            host = self._actors.get(host_key)
+            if host is None:
+                # No request: an actor that reserves nothing (Ray's own default would
+                # need a free CPU to place it, which busy run tasks may all hold).
+                host = _host_class().options(**(request or {"num_cpus": 0})).remote()
+                self._actors[host_key] = host
                 self.actors += 1
-            else:  # tools that ask for nothing share one actor that reserves nothing
-                kept = self._groups.get(id(spec.tool))
-                group = kept[1] if kept is not None and kept[0] is spec.tool else [spec]
-                specs, shipped = self._ship(ray, [spec] + [
-                    s for s in group
-                    if s.tool is not spec.tool
-                    and self._is_hosted(s.tool) is None
-                    and not self.options_for(s).to_ray()
-                    and not self.options_for(s).stateless
-                ])
-                if self._shared_host is None:
-                    self._shared_host = _host_class().options(num_cpus=0).remote()
-                    self.actors += 1
-                host = self._shared_host
             keys = [f"{s.qualified_name}#{next(self._keys)}" for s in specs]
             ready = host.add.remote(
                 keys,
@@ -430,8 +432,9 @@ class RayToolRunner:
             for k, entry in list(self._hosts.items()):
                 if entry.host is host:
                     del self._hosts[k]
-            if self._shared_host is host:
-                self._shared_host = None
+            for request, actor in list(self._actors.items()):
+                if actor is host:
+                    del self._actors[request]
         try:
             import_ray().kill(host)
         except Exception as exc:  # noqa: BLE001 - it may be gone already

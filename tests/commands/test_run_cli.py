@@ -138,3 +138,30 @@ def test_a_model_spec_for_a_missing_package_is_an_error_naming_it(
     code = main(["run", write_plan(tmp_path, PLAN), "--tools", tools, "--model", "groq:llama"])
     assert code == 2
     assert "langchain-groq" in capsys.readouterr().err
+
+
+def test_run_json_gives_raw_output_wall_time_and_zero_llm_calls(
+    tmp_path: Path, tools: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", write_plan(tmp_path, PLAN), "--tools", tools, "--json", "--no-store"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert all("raw_output" in s for s in data["steps"])
+    assert data["steps"][0]["raw_output"] == {"sites": [{"name": "MAIN"}]}
+    assert data["usage"]["wall_time"] > 0
+    assert data["usage"]["llm_calls"] == {"resolve": 0, "reason": 0}
+
+
+def test_run_json_keeps_the_resolution_of_arguments_that_resolved_on_a_failed_step(
+    tmp_path: Path, tools: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = PLAN.replace(
+        '{"site_name": "{step_1.sites[0].name}"}',
+        '{"site_name": "{step_1.sites[0].name}", "asset": "ASSET_ID_FROM_STEP_1"}',
+    )
+    code = main(["run", write_plan(tmp_path, plan), "--tools", tools, "--json", "--no-store"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1
+    step = data["steps"][1]
+    assert step["error_kind"] == "RESOLUTION_FAILED" and "'asset'" in step["error"]
+    assert step["resolution"] == {"site_name": "path"}

@@ -173,3 +173,18 @@ def test_a_tool_on_another_server_is_a_warning() -> None:
 def test_invalid_args_are_not_checked_again() -> None:
     plan = parse_hashstep('#Task1: a\n#Tool1: history\n#Args1: {"site_name": oops}\n')
     assert "ARGS_MISSING_REQUIRED" not in codes(check_plan(plan, CATALOG))
+
+
+def test_a_dependency_added_from_task_text_must_name_an_earlier_step() -> None:
+    plan = check_plan(
+        parse_hashstep("#Task1: a\n#Tool1: sites\n#Task2: use {step_7} and {step_3}\n"
+                       "#Tool2: none\n#Task3: c\n#Tool3: sites\n")
+    )
+    found = {(d.code, d.severity) for d in plan.diagnostics if d.step == 2}
+    assert ("DEPENDENCY_MISSING", Severity.ERROR) in found
+    assert ("DEPENDENCY_FORWARD", Severity.WARNING) in found
+
+
+def test_dependencies_built_by_hand_are_checked_like_explicit_ones() -> None:
+    plan = check_plan(Plan(steps=(Step(id=1, tool="t", depends_on=(4,)),)))
+    assert [d.code for d in plan.diagnostics] == ["DEPENDENCY_MISSING"]
