@@ -383,6 +383,9 @@ class PlanExecuteAgent:
         ctx = await self._start(question, run_id, None, event_handlers)
         ctx.run.attempts = history
         ctx.state.replans = sum(1 for a in history if a.version > 1)
+        for earlier in history:  # failed destructive calls stay refused after a resume
+            if earlier.plan is not None:
+                self._note_destructive_failures(ctx, earlier.plan, earlier.results, earlier.version)
         for event in announce:
             await ctx.bus.emit(event)
         return await self._drive(ctx, None, "", recorded=attempt, prior=prior)
