@@ -58,7 +58,7 @@ from planexec.events import (
     StepFinished,
     StepStarted,
 )
-from planexec.executor import Executor, ExecutorConfig, ModelReasoner, ToolRunner
+from planexec.executor import REUSED_NOTE, Executor, ExecutorConfig, ModelReasoner, ToolRunner
 from planexec.output import (
     OUTPUT_TOOL,
     catalog_with_output,
@@ -1170,11 +1170,14 @@ class PlanExecuteAgent:
         attempt = ctx.current
         if attempt is None or attempt.plan is None:
             return
+        # Everything this round finished before the cancellation is kept (succeeded
+        # steps too), except results reused from earlier rounds: those are recorded there.
         recorded = {id(r) for r in attempt.results}
         for sid in attempt.plan.ids:
             r = ctx.executor.results.get(sid)
-            if r is not None and id(r) not in recorded and r.status is StepStatus.CANCELLED:
-                attempt.results.append(r)
+            if r is None or id(r) in recorded or (r.note or "").endswith(REUSED_NOTE):
+                continue
+            attempt.results.append(r)
 
     async def _finish(self, ctx: _RunCtx) -> None:
         run = ctx.run

@@ -60,6 +60,7 @@ from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage, js
 from planexec.tools import ToolCatalog, ToolSpec, error_payload, invoke_tool, normalize_output
 
 __all__ = [
+    "REUSED_NOTE",
     "Executor",
     "ExecutorConfig",
     "Guard",
@@ -68,6 +69,9 @@ __all__ = [
     "Reasoner",
     "ToolRunner",
 ]
+
+REUSED_NOTE = "reused: succeeded earlier"
+"""The note on a result taken from ``prior`` instead of running the step again."""
 
 Guard = Callable[[Step, str], "str | None"]
 """Called before a step's tool call; a returned message fails it with LIMIT_EXCEEDED."""
@@ -495,7 +499,7 @@ class Executor:
         for s in plan.steps:
             pr = self.results.get(s.id)
             if pr is not None and pr.status is StepStatus.SUCCEEDED:
-                reused = replace(pr, note=_join_note(pr.note, "reused: succeeded earlier"))
+                reused = replace(pr, note=_join_note(pr.note, REUSED_NOTE))
                 self.results[s.id] = reused
                 order.append(s.id)
                 step_log(self.run_id, s.id).info("step {} reused from a prior result", s.id)

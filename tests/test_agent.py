@@ -493,6 +493,8 @@ async def test_cancelling_a_run_marks_running_steps_and_the_run_cancelled() -> N
     assert run.error_kind is ErrorKind.CANCELLED
     step2 = [r for r in run.results if r.step_id == 2][0]
     assert step2.status is StepStatus.CANCELLED
+    step1 = [r for r in run.results if r.step_id == 1][0]
+    assert step1.status is StepStatus.SUCCEEDED  # what finished before the cancel is kept
     assert finished and finished[0].status == "CANCELLED"
 
 
