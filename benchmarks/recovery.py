@@ -5,9 +5,12 @@ Systems (same agent, same scripted model and tools; only the recovery settings d
 - ``planexec``: the default recovery (planner re-prompts, re-resolution, retries of
   safe tools inside the step and by the agent, re-plans that keep succeeded steps,
   model retries with backoff);
-- ``no_recovery``: every failure stops the run; no re-prompts, no retries;
-- ``replan_always``: every failure re-plans (same re-plan budget); no re-prompts, no
-  retries.
+- ``no_recovery``: every failure stops the run; no planner re-prompts;
+- ``replan_always``: every failure re-plans (same re-plan budget); no planner re-prompts.
+
+All three keep the same resilience layer: model retries (``model.retry``) and retries of
+safe tools inside a step (``executor.tool_retry``), so the comparison isolates the
+recovery policy and re-planning.
 
 Scenarios: a hallucinated tool name, wrong argument names, read-only tools failing at
 random (10/30/50% per call, seeded RNG), and a slow model whose first call of each run
@@ -155,8 +158,7 @@ def system_config(system: str, *, model_timeout: float) -> AgentConfig:
     policy = {k.value: action for k in ErrorKind if k is not ErrorKind.CANCELLED}
     base["planner"] = {"max_reprompts": 0}
     base["recovery"] = {"policy": policy}
-    base["executor"]["tool_retry"]["attempts"] = 1
-    base["model"]["retry"]["attempts"] = 1
+    # Model and tool retries stay as planexec's: only the policy and re-prompts differ.
     return AgentConfig.from_dict(base)
 
 
@@ -343,7 +345,7 @@ async def traces() -> None:
     logger.remove()
     for title, fn in (("hallucinated tool → re-plan", trace_hallucinated),
                       ("bad arguments → re-resolution", trace_reresolve),
-                      ("flaky read-only tool → retry", trace_retry)):
+                      ("flaky read-only tool → retries in the step, then a re-plan", trace_retry)):
         print(f"### {title}\n```\n{await fn()}\n```\n")
 
 

@@ -631,6 +631,7 @@ class PlanExecuteAgent:
             attempt = recorded if first else None
             known: Mapping[int, StepResult] = (prior or {}) if first else {}
             error: str | None = None
+            drafts: tuple[dict[str, Any], ...] = ()
             if attempt is not None:
                 plan: Plan | None = attempt.plan
                 text = attempt.text
@@ -658,9 +659,17 @@ class PlanExecuteAgent:
                     )
                     raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
                 plan, text, known, error = outcome.plan, outcome.text, outcome.prior, outcome.error
+                drafts = outcome.drafts
+                if plan is None and error is None:
+                    error = "the planner's reply held no plan"
             if attempt is None:
                 attempt = PlanAttempt(
-                    _next_version(run), plan, text, reason=replan.reason if replan else None
+                    _next_version(run),
+                    plan,
+                    text,
+                    reason=replan.reason if replan else None,
+                    error=error,
+                    drafts=[dict(d) for d in drafts],
                 )
                 run.attempts.append(attempt)
                 ctx.current = attempt
@@ -671,6 +680,8 @@ class PlanExecuteAgent:
                         plan=plan,
                         text=text,
                         reason=attempt.reason,
+                        error=attempt.error,
+                        drafts=tuple(attempt.drafts),
                     )
                 )
             first = False

@@ -66,6 +66,8 @@ class PlanCreated(Event):
     plan: Plan | None
     text: str = ""
     reason: str | None = None
+    error: str | None = None
+    drafts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

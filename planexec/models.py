@@ -1,8 +1,12 @@
 """Model specs: turn ``replay:PATH`` or ``provider:model`` into a chat model.
 
 - ``replay:PATH`` — a JSON file holding a list of replies (or an object with a
-  ``"replies"`` list), replayed in order by `planexec.testing.ScriptedChatModel`; for
-  demos and tests. A regression cassette (an object with ``"format":
+  ``"replies"`` list), replayed **in call order** by `ReplayChatModel` (a
+  `planexec.testing.ScriptedChatModel`); for demos and tests. The replies are not matched
+  to requests: a run that takes another path than the recorded one (other limits, tools
+  or config) gets replies meant for other calls, and a run that needs more replies than
+  the file holds fails with a `ScriptExhaustedError` (and a loguru warning) saying so.
+  To match replies by request, use a cassette. A regression cassette (an object with ``"format":
   "planexec-cassette"``) is handed to ``planexec.regress.cassette.load_cassette_model``.
 - ``provider:model`` — a real model through its langchain integration package, e.g.
   ``openai:gpt-4o-mini`` (``langchain-openai``), ``anthropic:claude-sonnet-4-5``,
@@ -19,11 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 
+from planexec._log import logger
 from planexec.errors import ConfigError, MissingExtraError
-from planexec.testing import ScriptedChatModel
+from planexec.testing import ScriptedChatModel, ScriptExhaustedError
 
-__all__ = ["PROVIDERS", "CASSETTE_FORMAT", "Provider", "load_model", "load_replies"]
+__all__ = [
+    "PROVIDERS",
+    "CASSETTE_FORMAT",
+    "Provider",
+    "ReplayChatModel",
+    "load_model",
+    "load_replies",
+]
 
 CASSETTE_FORMAT = "planexec-cassette"
 """The ``format`` value that marks a JSON file as a regression cassette."""
@@ -110,6 +123,34 @@ def _replies_of(data: Any, path: Path) -> list[str]:
     return [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in data]
 
 
+class ReplayChatModel(ScriptedChatModel):
+    """The model of a ``replay:PATH`` spec: the file's replies, served in call order.
+
+    Replies are not matched to requests (a cassette does that). When the run asks for
+    more replies than the file holds, it logs a warning and raises `ScriptExhaustedError`
+    naming the file and explaining why that happens.
+    """
+
+    path: str = ""
+    """The replay file, for messages."""
+
+    def _next(self, messages: list[BaseMessage]) -> str:
+        try:
+            return super()._next(messages)
+        except ScriptExhaustedError as exc:
+            n = len(self.replies)
+            message = (
+                f"replay file {self.path!r} holds {n} replies, consumed in call order, and "
+                f"the run asked for reply {self.calls}. Replay files are not matched to "
+                "requests: a run that takes another path than the recorded one (other "
+                "limits, config or tools) gets replies meant for other calls and runs out. "
+                "Record a cassette (format planexec-cassette, see docs/regression.md) to "
+                "match replies by request."
+            )
+            logger.warning(message)
+            raise ScriptExhaustedError(f"{message}\n{exc}") from None
+
+
 def _load_replay(path_text: str) -> BaseChatModel:
     path = Path(path_text).expanduser()
     data = _read_yaml(path) if path.suffix.lower() in (".yaml", ".yml") else _read_json(path)
@@ -123,7 +164,9 @@ def _load_replay(path_text: str) -> BaseChatModel:
             ) from exc
         model: BaseChatModel = cassette.load_cassette_model(path)
         return model
-    return ScriptedChatModel(replies=list(_replies_of(data, path)), name_=f"replay:{path}")
+    return ReplayChatModel(
+        replies=list(_replies_of(data, path)), name_=f"replay:{path}", path=str(path)
+    )
 
 
 def _load_provider(provider: str, model_name: str) -> BaseChatModel:

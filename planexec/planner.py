@@ -215,6 +215,8 @@ class PlannerOutcome:
     """Every reply, in order (the first prompt and each re-prompt)."""
     error: str | None = None
     """Why the plan is missing or still has problems after the re-prompts."""
+    drafts: tuple[dict[str, Any], ...] = ()
+    """The replies answered with a re-prompt, in order: ``{"text": ..., "problems": [...]}``."""
 
     @property
     def reprompts(self) -> int:
@@ -497,6 +499,7 @@ class Planner:
         kept = dict(context.kept) if context is not None else {}
         messages = self.messages(question, context=context, output_schema=output_schema)
         replies: list[str] = []
+        drafts: list[dict[str, Any]] = []
         best: tuple[Plan | None, dict[int, StepResult], str | None] = (None, {}, None)
         for round_ in range(self.max_reprompts + 1):
             text = await client.complete(messages, purpose="plan")
@@ -520,6 +523,7 @@ class Planner:
                 break
             if round_ == self.max_reprompts:
                 break
+            drafts.append({"text": text, "problems": list(problems)})
             message = (
                 f"plan reply {round_ + 1} has problems; re-prompting with the diagnostics: "
                 + "; ".join(problems)[:500]
@@ -550,4 +554,4 @@ class Planner:
                         run_id=run_id, step_id=None, code="PLAN_PROBLEMS_REMAIN", message=message
                     )
                 )
-        return PlannerOutcome(plan, replies[-1], prior, tuple(replies), error)
+        return PlannerOutcome(plan, replies[-1], prior, tuple(replies), error, tuple(drafts))

@@ -86,6 +86,9 @@ DEFAULT_POLICY: Mapping[ErrorKind, Action] = {
 
 _NEVER_OVERRIDDEN = (ErrorKind.CANCELLED,)
 _EMPTY_OUTPUT_RETRIES = 1
+_RETRIED_IN_STEP = (ErrorKind.EMPTY_OUTPUT, ErrorKind.TOOL_ERROR, ErrorKind.TOOL_TIMEOUT)
+"""Kinds the executor retries within a step (safe tools): one more agent retry would
+multiply the calls, so a step that already made several attempts re-plans instead."""
 
 _ARG_LIST = re.compile(
     r"\b(?:positional )?arguments? ((?:['\"`][A-Za-z_#][\w.\[\]]*['\"`](?:, | and )?)+)"
@@ -123,6 +126,8 @@ class Failure:
     """The plan the failure happened in."""
     cause: Failure | None = None
     """For ``UPSTREAM_FAILED``: the failure of the step it depends on."""
+    attempts: int = 0
+    """Tool call attempts the executor already made within the step (its own retries)."""
 
     @classmethod
     def from_result(
@@ -145,6 +150,7 @@ class Failure:
             safe=safe or result.tool is None,  # a reasoning step has no side effects
             plan_version=plan_version,
             cause=cause,
+            attempts=result.attempts,
         )
 
     @property
@@ -323,6 +329,13 @@ class RecoveryPolicy:
                 reason = (
                     f"{kind} at {where}{tool}: the tool is not marked safe "
                     "(read-only or idempotent), so it is never retried; re-planning"
+                )
+            elif kind in _RETRIED_IN_STEP and failure.attempts > 1:
+                action = Action.REPLAN
+                reason = (
+                    f"{kind} at {where}{tool}: the executor already ran the call "
+                    f"{failure.attempts} times within the step, so it is not retried again; "
+                    "re-planning"
                 )
             elif state.retries[key] >= budget:
                 action = Action.REPLAN

@@ -193,6 +193,11 @@ class PlanAttempt:
     """The step results, in completion order."""
     reason: str | None = None
     """Why this plan was made (None for the first; the failure or lesson otherwise)."""
+    error: str | None = None
+    """Why there is no plan, or the problems it still had after the planner's re-prompts."""
+    drafts: list[dict[str, Any]] = field(default_factory=list)
+    """The planner's rejected replies in this attempt, in order, each
+    ``{"text": reply, "problems": [message, ...]}`` (empty when the first reply was used)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the attempt as JSON-ready data."""
@@ -202,6 +207,8 @@ class PlanAttempt:
             "text": self.text,
             "results": [r.to_dict() for r in self.results],
             "reason": self.reason,
+            "error": self.error,
+            "drafts": [dict(d) for d in self.drafts],
         }
 
 

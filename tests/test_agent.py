@@ -327,6 +327,19 @@ async def test_an_empty_output_is_retried_once_then_replanned() -> None:
     assert calls(t["assets"]) == 2 and calls(t["sites"]) == 1
 
 
+async def test_an_empty_output_retried_by_the_executor_is_not_retried_again_by_the_agent(
+) -> None:
+    t = tools(assets=fake_tool("assets", [], args={"site_name": str}, hints=READ))
+    cfg = config(executor={"empty_output_attempts": 2,
+                           "tool_retry": {"attempts": 3, "base_delay": 0.01}},
+                 recovery={"max_retries_per_step": 3, "max_replans": 0})
+    run, events = await run_agent(Script([plan_text(SITES, ASSETS)]), t, cfg)
+    assert decisions(events) == [("EMPTY_OUTPUT", "STOP")]
+    assert "already ran the call 2 times within the step" in run.error
+    assert run.status is RunStatus.FAILED
+    assert calls(t["assets"]) == 2  # the executor's two attempts, no agent retry on top
+
+
 async def test_a_reasoning_step_whose_model_fails_is_retried() -> None:
     from planexec.errors import ModelError
 
@@ -565,8 +578,46 @@ async def test_an_output_type_is_filled_by_a_final_answer_step() -> None:
     assert "final_answer" in script.prompts["plan"][0]
 
 
-def test_steps_finished_events_carry_results() -> None:
-    assert StepFinished.__dataclass_fields__["result"]
+async def test_steps_finished_events_carry_the_results_of_the_run() -> None:
+    t = tools(assets=fake_tool("assets", None, args={"site_name": str}, error="503"))
+    script = Script([plan_text(SITES, ASSETS)])
+    run, events = await run_agent(script, t, config(recovery={"max_replans": 0}))
+    finished = [e for e in events if isinstance(e, StepFinished)]
+    assert [(e.plan_version, e.result.step_id, e.result.tool, e.result.status)
+            for e in finished] == [(1, 1, "sites", StepStatus.SUCCEEDED),
+                                   (1, 2, "assets", StepStatus.FAILED)]
+    assert [e.result for e in finished] == run.attempts[0].results
+    assert finished[0].result.output == ["MAIN", "WEST"]
+    assert finished[1].result.error_kind is ErrorKind.TOOL_ERROR
+    assert finished[1].result.args == {"site_name": "MAIN"}
+    assert all(e.run_id == run.run_id for e in finished)
+
+
+async def test_a_reply_without_a_plan_is_recorded_with_why() -> None:
+    script = Script(["Sorry, I cannot plan that.", plan_text(SITES, ASSETS)])
+    run, events = await run_agent(script, tools())
+    assert run.status is RunStatus.SUCCEEDED
+    first, second = run.attempts
+    assert first.plan is None and first.error and first.text == "Sorry, I cannot plan that."
+    assert first.to_dict()["error"] == first.error
+    assert second.plan is not None and second.error is None and second.drafts == []
+    created = [e for e in events if isinstance(e, PlanCreated)]
+    assert created[0].error == first.error
+
+
+async def test_rejected_planner_drafts_are_kept_with_their_problems() -> None:
+    bad = plan_text((1, "sitez", "{}", "None"))
+    script = Script([bad, plan_text(SITES, ASSETS)])
+    run, events = await run_agent(script, tools(), config(planner={"max_reprompts": 1}))
+    assert run.status is RunStatus.SUCCEEDED
+    [attempt] = run.attempts
+    [draft] = attempt.drafts
+    assert draft["text"] == bad
+    assert any("sitez" in p for p in draft["problems"])
+    assert attempt.error is None
+    assert attempt.to_dict()["drafts"] == [draft]
+    created = next(e for e in events if isinstance(e, PlanCreated))
+    assert list(created.drafts) == [draft]
 
 
 

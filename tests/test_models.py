@@ -27,6 +27,39 @@ def test_a_replay_file_replays_its_replies_in_order(tmp_path: Path) -> None:
     assert model.invoke("b").content == '{"site":"MAIN"}'
 
 
+def test_a_used_up_replay_file_warns_and_says_replies_go_in_call_order(tmp_path: Path) -> None:
+    from loguru import logger
+
+    from planexec.testing import ScriptExhaustedError
+
+    path = write(tmp_path, ["only"])
+    model = load_model(f"replay:{path}")
+    assert model.invoke("a").content == "only"
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    try:
+        with pytest.raises(ScriptExhaustedError) as info:
+            model.invoke("b")
+    finally:
+        logger.remove(sink)
+    message = str(info.value)
+    assert str(path) in message and "holds 1 replies, consumed in call order" in message
+    assert "asked for reply 2" in message and "planexec-cassette" in message
+    assert len(warnings) == 1 and "consumed in call order" in warnings[0]
+
+
+@pytest.mark.parametrize("command", ["ask", "run"])
+def test_the_model_help_says_replay_files_go_in_call_order(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from planexec.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "consumed in call order" in help_text and "planexec-cassette" in help_text
+
+
 def test_a_replay_object_with_a_replies_key_works_too(tmp_path: Path) -> None:
     path = write(tmp_path, {"replies": ["only"], "comment": "recorded by hand"})
     assert load_replies(path) == ["only"]

@@ -90,6 +90,29 @@ def test_an_empty_output_is_retried_once_at_most() -> None:
     assert actions == [Action.RETRY_STEP, Action.REPLAN]
 
 
+@pytest.mark.parametrize(
+    "kind", [ErrorKind.TOOL_ERROR, ErrorKind.TOOL_TIMEOUT, ErrorKind.EMPTY_OUTPUT]
+)
+def test_a_call_the_executor_already_retried_in_the_step_is_replanned_not_retried(
+    kind: ErrorKind,
+) -> None:
+    policy = RecoveryPolicy(max_retries_per_step=3)
+    state = RecoveryState()
+    retried = Failure(kind, f"step 2: {kind}", 2, "history", safe=True, attempts=2)
+    decision = policy.decide(retried, state)
+    assert decision.action is Action.REPLAN
+    assert "already ran the call 2 times within the step" in decision.reason
+    assert state.retries[(1, 2)] == 0
+    once = Failure(kind, f"step 3: {kind}", 3, "history", safe=True, attempts=1)
+    assert policy.decide(once, state).action is Action.RETRY_STEP
+
+
+def test_a_failure_from_a_result_carries_the_executor_attempts() -> None:
+    result = StepResult(step_id=2, tool="history", status=StepStatus.FAILED,
+                        error_kind=ErrorKind.TOOL_ERROR, error="boom", attempts=3)
+    assert Failure.from_result(result, safe=True).attempts == 3
+
+
 def test_the_reresolution_budget_escalates_to_replan() -> None:
     policy = RecoveryPolicy(max_reresolutions_per_step=2, early_replan=False)
     state = RecoveryState()

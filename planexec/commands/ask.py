@@ -60,7 +60,10 @@ def register(subparsers: Any) -> None:
         required=True,
         metavar="SPEC",
         help="the model: replay:PATH (recorded replies) or provider:model "
-        "(e.g. openai:gpt-4o-mini)",
+        "(e.g. openai:gpt-4o-mini). A replay:PATH.json list of replies is consumed in call "
+        "order, not matched to requests (a run that takes another path gets replies meant "
+        "for other calls); a cassette (replay:PATH.yaml, format planexec-cassette, see "
+        "docs/regression.md) matches replies by request",
     )
     p.add_argument("--config", metavar="FILE", help="agent settings (.toml or .yaml)")
     p.add_argument(

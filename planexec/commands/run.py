@@ -69,7 +69,9 @@ def register(subparsers: Any) -> None:
         "--model",
         metavar="SPEC",
         help="model for the resolver's fallback and reasoning steps: replay:PATH or "
-        "provider:model (e.g. openai:gpt-4o-mini)",
+        "provider:model (e.g. openai:gpt-4o-mini). A replay:PATH.json list of replies is "
+        "consumed in call order, not matched to requests; a cassette (replay:PATH.yaml, "
+        "format planexec-cassette, see docs/regression.md) matches replies by request",
     )
     p.add_argument("--dialect", default="auto", choices=("auto", *DIALECTS), help="plan dialect")
     p.add_argument("--json", action="store_true", help="print the results as JSON")

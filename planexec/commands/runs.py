@@ -218,7 +218,9 @@ def _duration(record: RunRecord) -> float | None:
 
 
 def _steps_cell(record: RunRecord) -> str:
-    total = sum(record.step_counts.values())
+    """Succeeded steps of the latest plan, out of its step count (or of the recorded results)."""
+    recorded = sum(record.step_counts.values())
+    total = max(record.plan_steps or 0, recorded)
     ok = record.step_counts.get(str(StepStatus.SUCCEEDED), 0)
     return f"{ok}/{total}"
 
@@ -302,9 +304,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         n = len(plan["steps"]) if plan else 0
         why = f" — {p['reason']}" if p.get("reason") else ""
         print(f"\nplan v{p['version']}: {n} step(s){why}")
+        drafts = p.get("drafts") or []
+        if drafts:
+            print(f"  {len(drafts)} rejected draft(s) before this reply:")
+            for i, draft in enumerate(drafts, 1):
+                problems = "; ".join(draft.get("problems") or []) or "-"
+                print(f"    draft {i}: {snippet(problems, 160)}")
         if plan is None:
-            print("  (no usable plan)")
+            print(f"  (no usable plan: {p.get('error') or 'no reason recorded'})")
             continue
+        if p.get("error"):
+            print(f"  problems left: {snippet(p['error'], 200)}")
         for d in plan["diagnostics"]:
             where = f"line {d['line']}" if d["line"] is not None else "plan"
             print(f"  {where}: {d['severity']} {d['code']}: {d['message']}")

@@ -87,6 +87,8 @@ class RunRecord:
     """The latest plan version recorded."""
     step_counts: dict[str, int] = field(default_factory=dict)
     """Latest-plan step results by status, e.g. ``{"SUCCEEDED": 3, "FAILED": 1}``."""
+    plan_steps: int | None = None
+    """How many steps the latest plan has (None when it has no plan, e.g. none recorded)."""
     pid: int | None = None
     """The process that last started or resumed the run."""
     host: str | None = None
@@ -113,6 +115,7 @@ class RunRecord:
             "error_kind": self.error_kind,
             "plan_version": self.plan_version,
             "step_counts": dict(self.step_counts),
+            "plan_steps": self.plan_steps,
             "pid": self.pid,
             "host": self.host,
             "pid_start": self.pid_start,
@@ -133,6 +136,10 @@ class RecordedPlan:
     """Why this plan was made."""
     created_at: float | None = None
     """When it was recorded."""
+    error: str | None = None
+    """Why there is no plan, or the problems it still had after the planner's re-prompts."""
+    drafts: tuple[dict[str, Any], ...] = ()
+    """The planner's rejected replies for this version: ``{"text": ..., "problems": [...]}``."""
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -147,6 +154,8 @@ class RecordedPlan:
             "text": self.text,
             "reason": self.reason,
             "created_at": self.created_at,
+            "error": self.error,
+            "drafts": [dict(d) for d in self.drafts],
         }
 
 
@@ -375,7 +384,9 @@ def unmatched_calls(events: Iterable[dict[str, Any]]) -> list[StartedCall]:
     return sorted(open_calls.values(), key=lambda c: (c.plan_version, c.step_id))
 
 
-def run_record(fields: Mapping[str, Any], step_counts: dict[str, int]) -> RunRecord:
+def run_record(
+    fields: Mapping[str, Any], step_counts: dict[str, int], plan_steps: int | None = None
+) -> RunRecord:
     """Build the `RunRecord` a store gives back from what it keeps about a run.
 
     The recorded status is made current (`effective_status`), and ``error_kind`` is
@@ -385,6 +396,7 @@ def run_record(fields: Mapping[str, Any], step_counts: dict[str, int]) -> RunRec
         fields: the run's stored values, one for each name in `RUN_FIELDS` (``status``
             as recorded, ``config`` already decoded).
         step_counts: the latest plan's step results by status.
+        plan_steps: how many steps the latest plan has (None without a plan).
 
     Returns:
         The record.
@@ -405,6 +417,7 @@ def run_record(fields: Mapping[str, Any], step_counts: dict[str, int]) -> RunRec
         error_kind=fields["error_kind"] if status is not RunStatus.SUCCEEDED else None,
         plan_version=fields["plan_version"],
         step_counts=step_counts,
+        plan_steps=plan_steps,
         pid=fields["pid"],
         host=fields["host"],
         pid_start=fields.get("pid_start"),

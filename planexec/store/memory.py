@@ -135,7 +135,9 @@ class MemoryRunStore:
                 counts[result["status"]] = counts.get(result["status"], 0) + 1
         fields = {name: getattr(s, name) for name in RUN_FIELDS}
         fields["config"] = dict(s.config)
-        return run_record(fields, counts)
+        latest = s.plans.get(s.plan_version) if s.plan_version is not None else None
+        plan = (latest or {}).get("plan")
+        return run_record(fields, counts, len(plan["steps"]) if plan else None)
 
     def get_run(self, run_id: str) -> RunRecord:
         """Return a run's record (raises `RunNotFoundError`)."""
@@ -177,6 +179,8 @@ class MemoryRunStore:
                 text=d.get("text", ""),
                 reason=d.get("reason"),
                 created_at=d.get("ts"),
+                error=d.get("error"),
+                drafts=tuple(d.get("drafts") or ()),
             )
             for v, d in plans
         ]

@@ -255,7 +255,8 @@ def run_from_store(store: RunStore, run_id: str) -> Run:
         results.setdefault(rs.plan_version, []).append(rs.result)
     attempts = [
         PlanAttempt(version=p.version, plan=p.plan, text=p.text, reason=p.reason,
-                    results=results.get(p.version, []))
+                    results=results.get(p.version, []), error=p.error,
+                    drafts=[dict(d) for d in p.drafts])
         for p in store.plans(run_id)
     ]
     known = {a.version for a in attempts}

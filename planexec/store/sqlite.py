@@ -124,9 +124,15 @@ def _migrate_v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN pid_start REAL")
 
 
+def _migrate_v3(conn: sqlite3.Connection) -> None:
+    """Keep why a plan version has no plan, and the planner's rejected drafts."""
+    conn.execute("ALTER TABLE plans ADD COLUMN error TEXT")
+    conn.execute("ALTER TABLE plans ADD COLUMN drafts TEXT NOT NULL DEFAULT '[]'")
+
+
 Migration = tuple[int, Callable[[sqlite3.Connection], None]]
 
-MIGRATIONS: list[Migration] = [(1, _migrate_v1), (2, _migrate_v2)]
+MIGRATIONS: list[Migration] = [(1, _migrate_v1), (2, _migrate_v2), (3, _migrate_v3)]
 """Schema steps ``(version, apply)`` in order; a file at version N gets every step > N."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -510,10 +516,11 @@ class SQLiteRunStore:
             plan = data.get("plan")
             conn.execute(
                 "INSERT OR REPLACE INTO plans (run_id, version, created_at, text, reason, plan, "
-                "diagnostics) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "diagnostics, error, drafts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, int(data["version"]), ts, data.get("text", ""), data.get("reason"),
                  _dumps(plan) if plan is not None else None,
-                 _dumps(plan.get("diagnostics", []) if plan else [])),
+                 _dumps(plan.get("diagnostics", []) if plan else []),
+                 data.get("error"), _dumps(list(data.get("drafts") or []))),
             )
             conn.execute(
                 "UPDATE runs SET plan_version = MAX(COALESCE(plan_version, 0), ?) "
@@ -593,7 +600,12 @@ class SQLiteRunStore:
                 (fields["run_id"], plan_version if plan_version is not None else 1),
             ).fetchall()
         )
-        return run_record(fields, counts)
+        row = conn.execute(
+            "SELECT plan FROM plans WHERE run_id = ? AND version = ?",
+            (fields["run_id"], plan_version if plan_version is not None else 1),
+        ).fetchone()
+        plan = json.loads(row[0]) if row is not None and row[0] else None
+        return run_record(fields, counts, len(plan["steps"]) if plan else None)
 
     _RUN_COLUMNS = ", ".join(RUN_FIELDS)
 
@@ -683,8 +695,8 @@ class SQLiteRunStore:
         def read(conn: sqlite3.Connection) -> list[RecordedPlan]:
             self._require(conn, run_id)
             rows = conn.execute(
-                "SELECT version, created_at, text, reason, plan FROM plans WHERE run_id = ? "
-                "ORDER BY version",
+                "SELECT version, created_at, text, reason, plan, error, drafts FROM plans "
+                "WHERE run_id = ? ORDER BY version",
                 (run_id,),
             ).fetchall()
             return [
@@ -694,8 +706,10 @@ class SQLiteRunStore:
                     text=text or "",
                     reason=reason,
                     created_at=ts,
+                    error=error,
+                    drafts=tuple(json.loads(drafts or "[]")),
                 )
-                for v, ts, text, reason, p in rows
+                for v, ts, text, reason, p, error, drafts in rows
             ]
 
         return self._read(read)

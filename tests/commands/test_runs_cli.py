@@ -131,6 +131,54 @@ async def test_show_lists_calls_left_without_a_result(
     assert "calls started without a recorded result:" in out and "v1 #2 read" in out
 
 
+async def test_list_counts_ok_steps_against_the_latest_plan_of_an_interrupted_run(
+    store_path: Path, tools: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await interrupted_run(store_path, tools)
+    assert main(["runs", "list"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cut ")]
+    assert " 1/4 " in line
+    assert main(["runs", "list", "--json"]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["plan_steps"] == 4 and record["step_counts"] == {"SUCCEEDED": 1}
+
+
+async def test_show_says_why_a_plan_version_has_no_plan_and_lists_rejected_drafts(
+    store_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from planexec.agent import PlanExecuteAgent
+    from planexec.config import AgentConfig
+    from planexec.testing import FunctionChatModel, fake_tool
+
+    good = "#Task1: list sites\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
+    bad = good.replace("sites\n#Args", "sitez\n#Args")
+    replies = ["Sorry, I cannot plan that.", "Still no plan, sorry.", bad, good]
+
+    def reply(messages: Any) -> str:
+        if str(messages[0].content).startswith("You are the planner"):
+            return replies.pop(0)
+        return "MAIN"
+
+    config = AgentConfig.from_dict({"planner": {"max_reprompts": 1},
+                                    "recovery": {"early_replan": False}})
+    with SQLiteRunStore(store_path) as store:
+        agent = PlanExecuteAgent(FunctionChatModel(function=reply),
+                                 [fake_tool("sites", ["MAIN"], hints={"read_only": True})],
+                                 config=config, store=store)
+        run = await agent.run("which sites?", run_id="noplan")
+    assert run.status.value == "SUCCEEDED"
+    assert main(["runs", "show", "noplan"]) == 0
+    out = capsys.readouterr().out
+    assert "(no usable plan: prose without any step: 'Still no plan, sorry.')" in out
+    assert out.count("1 rejected draft(s) before this reply:") == 2 and "sitez" in out
+    assert main(["runs", "show", "noplan", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans[0]["plan"] is None and plans[0]["error"].startswith("prose without any step")
+    assert [d["text"] for d in plans[0]["drafts"]] == ["Sorry, I cannot plan that."]
+    assert [d["text"] for d in plans[1]["drafts"]] == [bad]
+    assert plans[1]["error"] is None
+
+
 def test_an_unknown_run_is_an_error(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "show", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err

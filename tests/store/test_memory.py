@@ -43,6 +43,28 @@ async def test_a_plan_comes_back_equal_with_its_references_and_diagnostics(
     assert [d.code for d in recorded.diagnostics] == ["ARGS_REPAIRED"]
 
 
+async def test_a_version_without_a_plan_keeps_its_error_and_drafts_through_the_store(
+    make_store: StoreFactory,
+) -> None:
+    from planexec.events import PlanCreated, RunStarted
+    from planexec.store.resume import run_from_store
+
+    store = make_store()
+    bus = EventBus()
+    store.attach(bus)
+    drafts = ({"text": "no plan", "problems": ["prose without any step: 'no plan'"]},)
+    await bus.emit(RunStarted(run_id="r", question="q"))
+    await bus.emit(PlanCreated(run_id="r", version=1, plan=None, text="still none",
+                               error="prose without any step: 'still none'", drafts=drafts))
+    [recorded] = store.plans("r")
+    assert recorded.plan is None and recorded.error == "prose without any step: 'still none'"
+    assert recorded.drafts == drafts
+    assert recorded.to_dict()["drafts"] == list(drafts)
+    [attempt] = run_from_store(store, "r").attempts
+    assert (attempt.error, attempt.drafts) == (recorded.error, list(drafts))
+    assert store.get_run("r").plan_steps is None
+
+
 async def test_step_results_come_back_with_output_resolution_and_timing(
     make_store: StoreFactory,
 ) -> None:
