@@ -58,7 +58,7 @@ from planexec.events import (
     StepFinished,
     StepStarted,
 )
-from planexec.executor import REUSED_NOTE, Executor, ExecutorConfig, ModelReasoner, ToolRunner
+from planexec.executor import Executor, ExecutorConfig, ModelReasoner, ToolRunner
 from planexec.output import (
     OUTPUT_TOOL,
     catalog_with_output,
@@ -1186,7 +1186,7 @@ class PlanExecuteAgent:
         recorded = {id(r) for r in attempt.results}
         for sid in attempt.plan.ids:
             r = ctx.executor.results.get(sid)
-            if r is None or id(r) in recorded or (r.note or "").endswith(REUSED_NOTE):
+            if r is None or id(r) in recorded or sid in ctx.executor.reused:
                 continue
             attempt.results.append(r)
 

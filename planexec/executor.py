@@ -432,6 +432,8 @@ class Executor:
         """The model client handed to the resolver, if any."""
         self.results: dict[int, StepResult] = {}
         """Every result known in the current run (prior ones included), by step id."""
+        self.reused: set[int] = set()
+        """Steps of the current run whose succeeded prior result was reused, not re-run."""
         self._cancel = asyncio.Event()
         self._plan_version = 1
         self._dialect: str | None = None
@@ -488,6 +490,7 @@ class Executor:
         self._last_cancelled = False
         feedback = feedback or {}
         self.results = {}
+        self.reused = set()
         for sid, result in (prior or {}).items():
             self.results[sid] = result
         view = MappingProxyType(self.results)
@@ -501,6 +504,7 @@ class Executor:
             if pr is not None and pr.status is StepStatus.SUCCEEDED:
                 reused = replace(pr, note=_join_note(pr.note, REUSED_NOTE))
                 self.results[s.id] = reused
+                self.reused.add(s.id)
                 order.append(s.id)
                 step_log(self.run_id, s.id).info("step {} reused from a prior result", s.id)
                 await self.bus.emit(
