@@ -2,15 +2,15 @@
 
 `parse_plan` is the entry point: it detects the dialect (or takes the one given),
 parses, runs the structural `check_plan` pass (no catalog) and returns a `Plan` whose
-diagnostics report every deviation. Whatever the text, it raises nothing but
-`PlanParseError` (whose message says what was found instead of a plan).
+diagnostics report every deviation. A text it cannot read raises `PlanParseError` (whose
+message says what was found instead of a plan); any other exception is a bug in planexec
+and propagates unchanged.
 """
 
 from __future__ import annotations
 
 import re
 
-from planexec._log import logger
 from planexec.errors import PlanParseError
 from planexec.parsing.checks import CatalogLike, check_plan
 from planexec.parsing.hashstep import DRAFT_POLICIES, parse_hashstep
@@ -96,9 +96,10 @@ def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_co
         (`check_plan` without a catalog).
 
     Raises:
-        PlanParseError: no usable plan; the message says what the text holds instead.
-            A bug inside a dialect parser is also reported as a `PlanParseError` (and
-            logged with its traceback), never as another exception.
+        PlanParseError: the text holds no usable plan (or is not a string); the message
+            says what it holds instead. This is the only exception a text can cause: any
+            other one is a bug in planexec and propagates unchanged, never disguised as
+            a `PlanParseError`.
         ValueError: ``dialect`` or ``draft_policy`` is not a known name.
     """
     if dialect != "auto" and dialect not in DIALECTS:
@@ -108,19 +109,10 @@ def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_co
     if not isinstance(text, str):
         raise PlanParseError(f"expected plan text, got {type(text).__name__}")
     chosen = detect_dialect(text) if dialect == "auto" else dialect
-    try:
-        if chosen == "rewoo":
-            plan = parse_rewoo(text)
-        elif chosen == "llmcompiler":
-            plan = parse_llmcompiler(text)
-        else:
-            plan = parse_hashstep(text, draft_policy=draft_policy)
-        return check_plan(plan)
-    except PlanParseError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the API boundary promises PlanParseError
-        logger.opt(exception=exc).error("the {} parser failed unexpectedly", chosen)
-        raise PlanParseError(
-            f"the {chosen} parser failed unexpectedly ({type(exc).__name__}: {exc}); "
-            "this is a bug in planexec"
-        ) from exc
+    if chosen == "rewoo":
+        plan = parse_rewoo(text)
+    elif chosen == "llmcompiler":
+        plan = parse_llmcompiler(text)
+    else:
+        plan = parse_hashstep(text, draft_policy=draft_policy)
+    return check_plan(plan)

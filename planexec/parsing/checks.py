@@ -35,7 +35,12 @@ __all__ = ["CatalogLike", "check_plan", "find_cycles"]
 
 @runtime_checkable
 class CatalogLike(Protocol):
-    """What `check_plan` needs from a tool catalog (`planexec.tools.ToolCatalog` fits)."""
+    """What `check_plan` needs from a tool catalog (`planexec.tools.ToolCatalog` fits).
+
+    A method raises `KeyError` when the catalog cannot say which tool is meant (the
+    same name on several servers and none given): `check_plan` reports that as
+    ``TOOL_AMBIGUOUS``.
+    """
 
     def has(self, name: str, server: str | None = None) -> bool:
         """Whether a tool of this name (on this server, if given) exists."""
@@ -193,13 +198,56 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
     return out
 
 
+class _CannotTell(Exception):
+    """The catalog raised `KeyError`: it cannot say which tool is meant."""
+
+    def __init__(self, cause: KeyError) -> None:
+        super().__init__(cause)
+        self.why = cause.args[0] if cause.args else cause
+
+
+class _Asked:
+    """A catalog whose `KeyError` becomes `_CannotTell`.
+
+    Only what the catalog itself raises is the catalog's answer; a `KeyError` raised by
+    the checks' own code is a bug and propagates.
+    """
+
+    def __init__(self, catalog: CatalogLike) -> None:
+        self._catalog = catalog
+
+    def has(self, name: str, server: str | None = None) -> bool:
+        try:
+            return self._catalog.has(name, server)
+        except KeyError as exc:
+            raise _CannotTell(exc) from exc
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        try:
+            return self._catalog.suggest(name, n)
+        except KeyError as exc:
+            raise _CannotTell(exc) from exc
+
+    def required_args(self, name: str, server: str | None = None) -> list[str]:
+        try:
+            return self._catalog.required_args(name, server)
+        except KeyError as exc:
+            raise _CannotTell(exc) from exc
+
+    def arg_names(self, name: str, server: str | None = None) -> list[str]:
+        try:
+            return self._catalog.arg_names(name, server)
+        except KeyError as exc:
+            raise _CannotTell(exc) from exc
+
+
 def _catalog_checks(step: Step, catalog: CatalogLike) -> list[Diagnostic]:
     if step.tool is None:
         return []
     try:
-        return _tool_checks(step, catalog)
-    except KeyError as exc:  # e.g. a name that exists on several servers
-        why = exc.args[0] if exc.args else exc
+        return _tool_checks(step, _Asked(catalog))
+    except _CannotTell as exc:  # e.g. a name that exists on several servers
+        why = exc.why
         return [
             Diagnostic(
                 step.lines[0] or None,

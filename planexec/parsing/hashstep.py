@@ -789,11 +789,7 @@ def _parse_args(
             sid,
         )
     for path, s in _walk_strings(args if not positional else positional[0], "args"):
-        try:
-            suspicious = contains_placeholder(s)
-        except Exception:  # noqa: BLE001 - a helper's bug must not stop parsing
-            suspicious = False
-        if suspicious:
+        if contains_placeholder(s):
             st.add(
                 line,
                 Severity.WARNING,

@@ -2,7 +2,8 @@ r"""Tolerant JSON for ``#Args`` and LLM replies.
 
 `repair_json` tries strict JSON first, then reads the text with a small hand-written
 tokenizer that accepts what planners actually write, naming every repair it made. It
-never evaluates anything (no ``eval``, no ``ast.literal_eval``) and never raises.
+never evaluates anything (no ``eval``, no ``ast.literal_eval``), and no text makes it
+raise: what it cannot read is a result with an ``error`` (an exception is a bug).
 
 Repairs (the names used in `RepairResult.repairs`):
 
@@ -22,12 +23,12 @@ Repairs (the names used in `RepairResult.repairs`):
 
 Not repaired (value None, ``error`` set): truncated text (``truncated=True``: an
 unterminated string, unclosed brackets, a missing value at the end), text after the
-value, unknown bare words, and the ellipsis ``...``: a planner that writes ``...`` has
-elided data, and a tool must not receive an invented or incomplete value.
+value, unknown bare words, and the ellipsis ``...`` (``elided=True``): a planner that
+writes ``...`` has elided data, and a tool must not receive an invented or incomplete value.
 
 The same holds for a whole value that is an escaped JSON string with an ellipsis inside
-(``"[{\"t\": 1}, ...]"``): an error, not a string. A string *inside* an object is data
-and is left alone.
+(``"[{\"t\": 1}, ...]"``): an error (``elided=True``), not a string. A string *inside*
+an object is data and is left alone.
 
 JSON ``null`` alone is strict JSON: the value is None with no error.
 """
@@ -39,10 +40,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RepairResult", "extract_json_object", "repair_json"]
+__all__ = [
+    "JSONReader",
+    "RepairFailure",
+    "RepairResult",
+    "closing_bracket",
+    "extract_json_object",
+    "repair_json",
+]
 
 _MAX_DEPTH = 200
-_ELLIPSIS = "elides data with '...'"
 _WS = " \t\r\n\ufeff\u00a0"
 _NUMBER_RE = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _PY_NUMBER_RE = re.compile(r"[-+]?(?:\d[\d_]*)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
@@ -67,6 +74,9 @@ class RepairResult:
     """Why the text could not be read; None on success."""
     truncated: bool = False
     """True when the text looks cut off (unterminated string, unclosed brackets)."""
+    elided: bool = False
+    """True when the text elides data with ``...`` (also inside a whole escaped JSON
+    string): a planner wrote an example, not a complete value."""
 
     @property
     def ok(self) -> bool:
@@ -74,14 +84,25 @@ class RepairResult:
         return self.error is None
 
 
-class _Fail(Exception):
-    def __init__(self, message: str, truncated: bool = False) -> None:
+class RepairFailure(Exception):
+    """Raised by `JSONReader` when the text cannot be read as a value.
+
+    Decisions read the typed fields; ``message`` is for people.
+
+    Attributes:
+        message: Why the text cannot be read, in words.
+        truncated: The text looks cut off (it ends inside a value).
+        elided: The text elides data with ``...``.
+    """
+
+    def __init__(self, message: str, *, truncated: bool = False, elided: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.truncated = truncated
+        self.elided = elided
 
 
-class _Reader:
+class JSONReader:
     """A tolerant recursive-descent reader for JSON-like values.
 
     In ``python`` mode (llmcompiler call arguments) Python literals and single quotes are
@@ -100,21 +121,32 @@ class _Reader:
         if name not in self.repairs:
             self.repairs.append(name)
 
-    def _ws(self) -> None:
+    def skip_ws(self) -> None:
+        """Move past whitespace (also a BOM and no-break spaces)."""
         t, n = self.text, len(self.text)
         while self.pos < n and t[self.pos] in _WS:
             self.pos += 1
 
-    def _eof(self) -> bool:
+    def at_end(self) -> bool:
+        """Whether the whole text has been read."""
         return self.pos >= len(self.text)
 
-    def _where(self) -> str:
+    def where(self) -> str:
+        """The current position, in words, for messages."""
         return f"at character {self.pos + 1}"
 
     def value(self) -> Any:
-        self._ws()
-        if self._eof():
-            raise _Fail("the text ends where a value was expected", truncated=True)
+        """Read one value at the current position and move past it.
+
+        Returns:
+            The value read.
+
+        Raises:
+            RepairFailure: the text at the current position is not a value.
+        """
+        self.skip_ws()
+        if self.at_end():
+            raise RepairFailure("the text ends where a value was expected", truncated=True)
         c = self.text[self.pos]
         if c == "{":
             ph = self._brace_placeholder()
@@ -137,32 +169,33 @@ class _Reader:
         if c == "<":
             m = _ANGLE_RE.match(self.text, self.pos)
             if m is None:
-                raise _Fail(f"unexpected '<' {self._where()}")
+                raise RepairFailure(f"unexpected '<' {self.where()}")
             self.pos = m.end()
             self._repair(f"unquoted placeholder {m.group(0)}")
             return m.group(0)
         if c == "$" and self.python:
             m = _LLMC_REF_RE.match(self.text, self.pos)
             if m is None:
-                raise _Fail(f"unexpected '$' {self._where()}")
+                raise RepairFailure(f"unexpected '$' {self.where()}")
             self.pos = m.end()
             return m.group(0)
         if self.text.startswith("...", self.pos) or c == "\u2026":
-            raise _Fail(
-                f"the JSON elides data with '...' {self._where()}; arguments must be "
-                "complete values, not examples"
+            raise RepairFailure(
+                f"the JSON elides data with '...' {self.where()}; arguments must be "
+                "complete values, not examples",
+                elided=True,
             )
         if c == "-" or c.isdigit() or (self.python and c in "+."):
             return self._number()
         m = _WORD_RE.match(self.text, self.pos)
         if m is not None:
             return self._word(m.group(0))
-        raise _Fail(f"unexpected character {c!r} {self._where()}")
+        raise RepairFailure(f"unexpected character {c!r} {self.where()}")
 
     def _container(self, fn: Any) -> Any:
         self.depth += 1
         if self.depth > _MAX_DEPTH:
-            raise _Fail(f"nested deeper than {_MAX_DEPTH} levels")
+            raise RepairFailure(f"nested deeper than {_MAX_DEPTH} levels")
         try:
             return fn()
         finally:
@@ -180,20 +213,20 @@ class _Reader:
         if self.pos + len(word) >= len(self.text) and any(
             lit.startswith(word) for lit in ("true", "false", "null", "True", "False", "None")
         ):
-            raise _Fail(f"the text ends inside the word {word!r}", truncated=True)
+            raise RepairFailure(f"the text ends inside the word {word!r}", truncated=True)
         if self.python:
             self.pos += len(word)
             self._repair(f"bare word {word!r} read as a string")
             return word
-        raise _Fail(f"unexpected bare word {word!r} {self._where()}")
+        raise RepairFailure(f"unexpected bare word {word!r} {self.where()}")
 
     def _number(self) -> Any:
         rx = _PY_NUMBER_RE if self.python else _NUMBER_RE
         m = rx.match(self.text, self.pos)
         if m is None or not m.group(0) or not any(ch.isdigit() for ch in m.group(0)):
             if self.pos + 1 >= len(self.text):
-                raise _Fail("the text ends inside a number", truncated=True)
-            raise _Fail(f"malformed number {self._where()}")
+                raise RepairFailure("the text ends inside a number", truncated=True)
+            raise RepairFailure(f"malformed number {self.where()}")
         raw = m.group(0)
         self.pos = m.end()
         clean = raw.replace("_", "")
@@ -202,7 +235,7 @@ class _Reader:
         try:
             return float(clean)
         except ValueError as exc:
-            raise _Fail(f"malformed number {raw!r}") from exc
+            raise RepairFailure(f"malformed number {raw!r}") from exc
 
     def _string(self, quote: str) -> str:
         start = self.pos
@@ -211,7 +244,7 @@ class _Reader:
         out: list[str] = []
         while True:
             if self.pos >= n:
-                raise _Fail(
+                raise RepairFailure(
                     f"unterminated string starting at character {start + 1}", truncated=True
                 )
             c = t[self.pos]
@@ -220,12 +253,12 @@ class _Reader:
                 return "".join(out)
             if c == "\\":
                 if self.pos + 1 >= n:
-                    raise _Fail("the text ends inside an escape", truncated=True)
+                    raise RepairFailure("the text ends inside an escape", truncated=True)
                 e = t[self.pos + 1]
                 if e == "u":
                     hexa = t[self.pos + 2 : self.pos + 6]
                     if len(hexa) < 4 and self.pos + 2 + len(hexa) >= n:
-                        raise _Fail("the text ends inside an escape", truncated=True)
+                        raise RepairFailure("the text ends inside an escape", truncated=True)
                     if re.fullmatch(r"[0-9a-fA-F]{4}", hexa):
                         out.append(chr(int(hexa, 16)))
                         self.pos += 6
@@ -308,45 +341,46 @@ class _Reader:
                 self._repair("single quotes")
             return self._string("'")
         if self.text.startswith("...", self.pos) or c == "\u2026":
-            raise _Fail(
-                f"the JSON elides data with '...' {self._where()}; arguments must be "
-                "complete values, not examples"
+            raise RepairFailure(
+                f"the JSON elides data with '...' {self.where()}; arguments must be "
+                "complete values, not examples",
+                elided=True,
             )
         m = _WORD_RE.match(self.text, self.pos)
         if m is not None:
             self.pos = m.end()
             self._repair("unquoted keys")
             return m.group(0)
-        raise _Fail(f"expected a key {self._where()}, found {c!r}")
+        raise RepairFailure(f"expected a key {self.where()}, found {c!r}")
 
     def _object(self) -> dict[str, Any]:
         self.pos += 1
         out: dict[str, Any] = {}
-        self._ws()
-        if self._eof():
-            raise _Fail("unclosed '{' at the end of the text", truncated=True)
+        self.skip_ws()
+        if self.at_end():
+            raise RepairFailure("unclosed '{' at the end of the text", truncated=True)
         if self.text[self.pos] == "}":
             self.pos += 1
             return out
         while True:
-            self._ws()
-            if self._eof():
-                raise _Fail("unclosed '{' at the end of the text", truncated=True)
+            self.skip_ws()
+            if self.at_end():
+                raise RepairFailure("unclosed '{' at the end of the text", truncated=True)
             if self.text[self.pos] == "}":
                 self._repair("trailing comma")
                 self.pos += 1
                 return out
             key = self._key()
-            self._ws()
-            if self._eof():
-                raise _Fail("the text ends after a key", truncated=True)
+            self.skip_ws()
+            if self.at_end():
+                raise RepairFailure("the text ends after a key", truncated=True)
             if self.text[self.pos] != ":":
-                raise _Fail(f"expected ':' after key {key!r} {self._where()}")
+                raise RepairFailure(f"expected ':' after key {key!r} {self.where()}")
             self.pos += 1
             out[key] = self.value()
-            self._ws()
-            if self._eof():
-                raise _Fail("unclosed '{' at the end of the text", truncated=True)
+            self.skip_ws()
+            if self.at_end():
+                raise RepairFailure("unclosed '{' at the end of the text", truncated=True)
             c = self.text[self.pos]
             if c == ",":
                 self.pos += 1
@@ -354,29 +388,29 @@ class _Reader:
             if c == "}":
                 self.pos += 1
                 return out
-            raise _Fail(f"expected ',' or '}}' {self._where()}, found {c!r}")
+            raise RepairFailure(f"expected ',' or '}}' {self.where()}, found {c!r}")
 
     def _seq(self, close: str) -> list[Any]:
         self.pos += 1
         out: list[Any] = []
-        self._ws()
-        if self._eof():
-            raise _Fail(f"unclosed bracket before '{close}' at the end", truncated=True)
+        self.skip_ws()
+        if self.at_end():
+            raise RepairFailure(f"unclosed bracket before '{close}' at the end", truncated=True)
         if self.text[self.pos] == close:
             self.pos += 1
             return out
         while True:
-            self._ws()
-            if self._eof():
-                raise _Fail(f"unclosed bracket before '{close}' at the end", truncated=True)
+            self.skip_ws()
+            if self.at_end():
+                raise RepairFailure(f"unclosed bracket before '{close}' at the end", truncated=True)
             if self.text[self.pos] == close:
                 self._repair("trailing comma")
                 self.pos += 1
                 return out
             out.append(self.value())
-            self._ws()
-            if self._eof():
-                raise _Fail(f"unclosed bracket before '{close}' at the end", truncated=True)
+            self.skip_ws()
+            if self.at_end():
+                raise RepairFailure(f"unclosed bracket before '{close}' at the end", truncated=True)
             c = self.text[self.pos]
             if c == ",":
                 self.pos += 1
@@ -384,7 +418,7 @@ class _Reader:
             if c == close:
                 self.pos += 1
                 return out
-            raise _Fail(f"expected ',' or '{close}' {self._where()}, found {c!r}")
+            raise RepairFailure(f"expected ',' or '{close}' {self.where()}, found {c!r}")
 
     def _array(self) -> list[Any]:
         return self._seq("]")
@@ -431,9 +465,12 @@ def _post(value: Any, repairs: list[str], depth: int) -> RepairResult:
             if sub.error is None and isinstance(sub.value, dict | list):
                 return RepairResult(sub.value, tuple([*repairs, "escaped JSON string",
                                                       *sub.repairs]))
-            if sub.error is not None and _ELLIPSIS in sub.error:
-                return RepairResult(None, tuple(repairs),
-                                    f"the escaped JSON string {sub.error[len('the JSON '):]}")
+            if sub.elided:
+                return RepairResult(
+                    None, tuple(repairs),
+                    f"the value is an escaped JSON string that is not complete: {sub.error}",
+                    elided=True,
+                )
     return RepairResult(value, tuple(repairs))
 
 
@@ -455,38 +492,41 @@ def _repair(text: str, depth: int) -> RepairResult:
         return _post(json.loads(s, parse_constant=_reject_constant), repairs, depth)
     except (ValueError, RecursionError):
         pass
-    reader = _Reader(s)
+    reader = JSONReader(s)
     try:
         value = reader.value()
-        reader._ws()
-        if not reader._eof():
+        reader.skip_ws()
+        if not reader.at_end():
             rest = s[reader.pos : reader.pos + 40]
-            raise _Fail(f"unexpected text after the value {reader._where()}: {rest!r}")
-    except _Fail as fail:
-        return RepairResult(None, tuple(repairs + reader.repairs), fail.message, fail.truncated)
+            raise RepairFailure(f"unexpected text after the value {reader.where()}: {rest!r}")
+    except RepairFailure as fail:
+        return RepairResult(None, tuple(repairs + reader.repairs), fail.message, fail.truncated,
+                            fail.elided)
     return _post(value, repairs + reader.repairs, depth)
 
 
 def repair_json(text: str) -> RepairResult:
-    """Read JSON as planners write it, naming every repair; never raises.
+    """Read JSON as planners write it, naming every repair.
+
+    Any text is an answer, never an exception: what cannot be read is a `RepairResult`
+    with ``error`` set. An exception out of this function is a bug in planexec and
+    propagates as it is.
 
     Args:
         text: the text of an ``#Args`` field or any JSON-ish snippet.
 
     Returns:
         A `RepairResult`. On success ``value`` is the data and ``repairs`` lists what was
-        repaired (empty for strict JSON); on failure ``value`` is None, ``error`` says why
-        and ``truncated`` tells whether the text looks cut off.
+        repaired (empty for strict JSON); on failure ``value`` is None, ``error`` says why,
+        ``truncated`` tells whether the text looks cut off and ``elided`` whether it
+        elides data with ``...``.
     """
-    try:
-        if not isinstance(text, str):
-            text = str(text)
-        return _repair(text, 0)
-    except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
-        return RepairResult(None, (), f"could not read the text: {exc}", False)
+    if not isinstance(text, str):
+        text = str(text)
+    return _repair(text, 0)
 
 
-def _closing_bracket(
+def closing_bracket(
     text: str,
     start: int,
     *,
@@ -495,10 +535,21 @@ def _closing_bracket(
     opens: str = "{[",
     closes: str = "}]",
 ) -> int | None:
-    """Index of the bracket that brings ``depth`` back to 0, scanning from ``start``.
+    """Find the bracket that brings ``depth`` back to 0, scanning from ``start``.
 
     Quote-aware: brackets inside a string opened by one of ``quotes`` do not count
-    (a backslash escapes the next character). None when the text ends first.
+    (a backslash escapes the next character).
+
+    Args:
+        text: The text to scan.
+        start: Where to start scanning.
+        depth: The bracket depth already open at ``start``.
+        quotes: The characters that open (and close) a string.
+        opens: The opening brackets.
+        closes: The closing brackets.
+
+    Returns:
+        The index of the closing bracket, or None when the text ends first.
     """
     quote = ""
     i = start
@@ -525,12 +576,12 @@ def _closing_bracket(
 
 def _balanced_end(text: str, start: int) -> int | None:
     """Index just past the bracket matching ``text[start]`` (quote-aware), or None."""
-    end = _closing_bracket(text, start)
+    end = closing_bracket(text, start)
     return None if end is None else end + 1
 
 
 def extract_json_object(text: str) -> Any | None:
-    """Find the JSON object (or array) in an LLM reply; never raises.
+    """Find the JSON object (or array) in an LLM reply.
 
     Tried in order: the whole reply (tolerantly, see `repair_json`); each code fence
     (also one-line fences such as ```` ```json{"a": 1}``` ````); then each balanced
@@ -540,34 +591,33 @@ def extract_json_object(text: str) -> Any | None:
         text: the model's reply.
 
     Returns:
-        The first dict or list found, or None.
+        The first dict or list found, or None (also for a reply that is not a string);
+        no reply raises.
     """
-    try:
-        if not isinstance(text, str) or not text.strip():
-            return None
-        whole = repair_json(text)
-        if whole.error is None and isinstance(whole.value, dict | list):
-            return whole.value
-        for m in _FENCE_RE.finditer(text):
-            body = m.group(2)
-            for candidate in (body, m.group(1) + body):
-                got = repair_json(candidate)
-                if got.error is None and isinstance(got.value, dict | list):
-                    return got.value
-        found_list: Any | None = None
-        tries = 0
-        for opener in ("{", "["):
-            pos = text.find(opener)
-            while pos != -1 and tries < 64:
-                tries += 1
-                end = _balanced_end(text, pos)
-                if end is not None:
-                    got = repair_json(text[pos:end])
-                    if got.error is None and isinstance(got.value, dict):
-                        return got.value
-                    if got.error is None and isinstance(got.value, list) and found_list is None:
-                        found_list = got.value
-                pos = text.find(opener, pos + 1)
-        return found_list
-    except Exception:  # noqa: BLE001 - the contract is "never raises"
+    if not isinstance(text, str) or not text.strip():
         return None
+    whole = repair_json(text)
+    if whole.error is None and isinstance(whole.value, dict | list):
+        return whole.value
+    for m in _FENCE_RE.finditer(text):
+        body = m.group(2)
+        for candidate in (body, m.group(1) + body):
+            got = repair_json(candidate)
+            if got.error is None and isinstance(got.value, dict | list):
+                return got.value
+    found_list: Any | None = None
+    tries = 0
+    for opener in ("{", "["):
+        pos = text.find(opener)
+        while pos != -1 and tries < 64:
+            tries += 1
+            end = _balanced_end(text, pos)
+            if end is not None:
+                got = repair_json(text[pos:end])
+                if got.error is None and isinstance(got.value, dict):
+                    return got.value
+                if got.error is None and isinstance(got.value, list) and found_list is None:
+                    found_list = got.value
+            pos = text.find(opener, pos + 1)
+    return found_list
+

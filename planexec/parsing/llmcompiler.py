@@ -36,7 +36,7 @@ from typing import Any
 
 from planexec.errors import PlanParseError
 from planexec.parsing._common import Diagnostics, describe_text, normalize_tool, snippet
-from planexec.parsing.jsonrepair import _closing_bracket, _Fail, _Reader
+from planexec.parsing.jsonrepair import JSONReader, RepairFailure, closing_bracket
 from planexec.parsing.refs import find_refs, ref_at
 from planexec.plan import Plan, Severity, Step, iter_refs
 
@@ -51,15 +51,15 @@ _KW_RE = re.compile(r"([A-Za-z_]\w*)\s*=(?!=)")
 
 def _call_end(text: str, start: int) -> int | None:
     """Index of the ``)`` closing a call whose ``(`` is just before ``start``."""
-    return _closing_bracket(text, start, depth=1, quotes="\"'", opens="([{", closes=")]}")
+    return closing_bracket(text, start, depth=1, quotes="\"'", opens="([{", closes=")]}")
 
 
-class _CallReader(_Reader):
-    """`_Reader` that also takes an unquoted reference with a path (``$1.asset_id``)."""
+class _CallReader(JSONReader):
+    """`JSONReader` that also takes an unquoted reference with a path (``$1.asset_id``)."""
 
     def value(self) -> Any:
-        self._ws()
-        if not self._eof() and self.text[self.pos] == "$":
+        self.skip_ws()
+        if not self.at_end() and self.text[self.pos] == "$":
             got = ref_at(self.text, self.pos, "llmcompiler")
             if got is not None:
                 start, self.pos = self.pos, got[1]
@@ -71,32 +71,32 @@ def _read_args(text: str) -> tuple[list[Any], dict[str, Any], list[str], list[st
     """Read call arguments: (positional, keyword, repairs, problems).
 
     Raises:
-        _Fail: the arguments cannot be read.
+        RepairFailure: the arguments cannot be read.
     """
     r = _CallReader(text, python=True)
     positional: list[Any] = []
     kwargs: dict[str, Any] = {}
     problems: list[str] = []
     while True:
-        r._ws()
-        if r._eof():
+        r.skip_ws()
+        if r.at_end():
             break
         m = _KW_RE.match(text, r.pos)
         if m is not None:
             r.pos = m.end()
             key = m.group(1)
             if key in kwargs:
-                raise _Fail(f"the keyword argument {key!r} is given twice")
+                raise RepairFailure(f"the keyword argument {key!r} is given twice")
             kwargs[key] = r.value()
         else:
             if kwargs:
                 problems.append("a positional argument follows a keyword argument")
             positional.append(r.value())
-        r._ws()
-        if r._eof():
+        r.skip_ws()
+        if r.at_end():
             break
         if text[r.pos] != ",":
-            raise _Fail(f"expected ',' {r._where()}, found {text[r.pos]!r}")
+            raise RepairFailure(f"expected ',' {r.where()}, found {text[r.pos]!r}")
         r.pos += 1
     return positional, kwargs, r.repairs, problems
 
@@ -249,7 +249,7 @@ class _Parser:
                                f"{snippet(chunk[end + 1:], 40)!r}", sid)
             try:
                 positional, kwargs, repairs, problems = _read_args(chunk[c.end() : end])
-            except _Fail as fail:
+            except RepairFailure as fail:
                 valid = False
                 self.diags.add(first, Severity.ERROR, "ARGS_SYNTAX",
                                f"the arguments of step {sid} are not readable: {fail.message} "

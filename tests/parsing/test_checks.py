@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import difflib
+from typing import NoReturn
 
+import pytest
+
+from planexec.parsing import checks
 from planexec.parsing.checks import CatalogLike, check_plan, find_cycles
 from planexec.parsing.hashstep import parse_hashstep
 from planexec.plan import Plan, Ref, Severity, Step
@@ -188,3 +192,28 @@ def test_a_dependency_added_from_task_text_must_name_an_earlier_step() -> None:
 def test_dependencies_built_by_hand_are_checked_like_explicit_ones() -> None:
     plan = check_plan(Plan(steps=(Step(id=1, tool="t", depends_on=(4,)),)))
     assert [d.code for d in plan.diagnostics] == ["DEPENDENCY_MISSING"]
+
+
+class AmbiguousCatalog(FakeCatalog):
+    """A catalog holding ``sites`` on two servers: without a server it cannot tell."""
+
+    def required_args(self, name: str, server: str | None = None) -> list[str]:
+        if server is None:
+            raise KeyError(f"{name!r} exists on several servers")
+        return super().required_args(name, server)
+
+
+def test_a_catalog_that_cannot_tell_which_tool_is_meant_gives_a_warning() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: sites\n#Args1: {}\n")
+    found = the(check_plan(plan, AmbiguousCatalog({"sites": ([], [])})), "TOOL_AMBIGUOUS")
+    assert found.severity is Severity.WARNING and found.step == 1
+
+
+def test_a_key_error_of_the_checks_own_code_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> NoReturn:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(checks, "_arg_checks", broken)
+    plan = parse_hashstep("#Task1: a\n#Tool1: sites\n#Args1: {}\n")
+    with pytest.raises(KeyError):
+        check_plan(plan, CATALOG)

@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planexec.parsing.jsonrepair import RepairResult, extract_json_object, repair_json
+from planexec.parsing.jsonrepair import (
+    JSONReader,
+    RepairResult,
+    extract_json_object,
+    repair_json,
+)
 
 
 def test_strict_json_needs_no_repair() -> None:
@@ -56,18 +61,29 @@ def test_backtick_wrapped_escaped_json_string_is_unwrapped() -> None:
 def test_a_whole_escaped_json_string_with_an_ellipsis_is_an_error() -> None:
     result = repair_json('`"[{\\"t\\": 1}, ...]"`')
     assert result.value is None
-    assert result.error is not None and "escaped JSON string elides data" in result.error
+    assert result.error
+    assert result.elided
+    assert not result.truncated
 
 
 def test_a_plain_string_with_an_ellipsis_is_just_a_string() -> None:
-    assert repair_json('"wait..."').value == "wait..."
+    result = repair_json('"wait..."')
+    assert result.value == "wait..."
+    assert not result.elided
 
 
-def test_an_ellipsis_is_elided_data_and_is_not_repaired() -> None:
-    result = repair_json('{"a": [1, 2, ...]}')
+@pytest.mark.parametrize("text", ['{"a": [1, 2, ...]}', '{"a": 1, ...}', "[1, \u2026]"])
+def test_an_ellipsis_is_elided_data_and_is_not_repaired(text: str) -> None:
+    result = repair_json(text)
     assert result.value is None
-    assert result.error is not None and "..." in result.error
+    assert result.error
+    assert result.elided
     assert not result.truncated
+
+
+@pytest.mark.parametrize("text", ['{"a": 1', '{"a" 1}', "hello", '{"a": 1}'])
+def test_only_an_ellipsis_marks_a_result_elided(text: str) -> None:
+    assert not repair_json(text).elided
 
 
 @pytest.mark.parametrize(
@@ -189,6 +205,19 @@ def test_repair_json_and_extract_never_raise(text: str) -> None:
     assert isinstance(result, RepairResult)
     assert (result.error is None) or (result.value is None)
     extract_json_object(text)
+
+
+def test_a_bug_in_the_reader_propagates_instead_of_becoming_an_error_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(self: JSONReader) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(JSONReader, "skip_ws", broken)
+    with pytest.raises(KeyError):
+        repair_json("{'a': 1}")
+    with pytest.raises(KeyError):
+        extract_json_object("The answer is {'a': 1}.")
 
 
 def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+from types import ModuleType
+from typing import NoReturn
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import planexec.parsing as parsing
 from planexec.errors import PlanParseError
-from planexec.parsing import detect_dialect, parse_plan
+from planexec.parsing import detect_dialect, hashstep, llmcompiler, parse_plan, rewoo
 from planexec.parsing.hashstep import parse_hashstep
+from planexec.plan import Plan
 
 HASHSTEP = "#Task1: a\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
 REWOO = "Plan: search.\n#E1 = Google[winner]\nPlan: hometown.\n#E2 = Google[hometown of #E1]\n"
@@ -75,15 +79,46 @@ def test_an_empty_reply_says_so() -> None:
         parse_plan("")
 
 
-def test_a_bug_in_a_dialect_parser_surfaces_as_a_plan_parse_error(
+def parse_or_reject(text: str) -> Plan | None:
+    """Parse ``text``; None when it is rejected with `PlanParseError`.
+
+    The property tests go through here: any other exception escapes and fails them.
+    """
+    try:
+        return parse_plan(text)
+    except PlanParseError:
+        return None
+
+
+def _raise_key_error(*args: object, **kwargs: object) -> NoReturn:
+    raise KeyError("a bug")
+
+
+def test_a_bug_in_a_dialect_parser_propagates_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parsing, "parse_hashstep", _raise_key_error)
+    with pytest.raises(KeyError):
+        parse_plan(HASHSTEP)
+
+
+def test_a_bug_on_every_tool_line_escapes_the_property_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(text: str, *, draft_policy: str = "last_complete") -> None:
-        raise KeyError("boom")
+    monkeypatch.setattr(hashstep, "_normalize_tool", _raise_key_error)
+    with pytest.raises(KeyError):
+        parse_or_reject(HASHSTEP)
 
-    monkeypatch.setattr(parsing, "parse_hashstep", broken)
-    with pytest.raises(PlanParseError, match="bug in planexec"):
-        parse_plan(HASHSTEP)
+
+@pytest.mark.parametrize(("module", "name", "text"), [
+    (rewoo, "normalize_tool", REWOO),
+    (llmcompiler, "normalize_tool", LLMC),
+    (hashstep, "contains_placeholder", '#Task1: a\n#Tool1: t\n#Args1: {"x": "y"}\n'),
+])
+def test_a_bug_in_any_dialect_propagates_unchanged(
+    monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, text: str
+) -> None:
+    monkeypatch.setattr(module, name, _raise_key_error)
+    with pytest.raises(KeyError):
+        parse_plan(text)
 
 
 _FIELDS = st.sampled_from(
@@ -99,9 +134,8 @@ _TEXTS = st.lists(st.one_of(_FIELDS, st.text(max_size=12)), max_size=40).map("".
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_TEXTS)
 def test_parse_plan_raises_nothing_but_plan_parse_error(text: str) -> None:
-    try:
-        plan = parse_plan(text)
-    except PlanParseError:
+    plan = parse_or_reject(text)
+    if plan is None:
         return
     assert plan.steps
     lines = [d.line or 0 for d in plan.diagnostics]
@@ -126,7 +160,5 @@ def test_the_hashstep_parser_alone_raises_nothing_but_plan_parse_error(
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300))
 def test_arbitrary_unicode_text_raises_nothing_but_plan_parse_error(text: str) -> None:
-    try:
-        parse_plan(text)
-    except PlanParseError:
-        pass
+    plan = parse_or_reject(text)
+    assert plan is None or plan.steps
