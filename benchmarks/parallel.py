@@ -30,7 +30,8 @@ from typing import Any
 
 from loguru import logger
 
-from planexec.executor import Executor, ExecutorConfig
+from planexec.config import ExecutorSettings
+from planexec.executor import Executor
 from planexec.parsing.refs import find_refs
 from planexec.plan import Plan, Step
 from planexec.testing import fake_tool
@@ -88,7 +89,7 @@ async def once(plan: Plan, latency: float, concurrency: int, runner: str) -> flo
     )
     executor = Executor(
         ToolCatalog([tool]),
-        config=ExecutorConfig(max_concurrency=concurrency),
+        config=ExecutorSettings(max_concurrency=concurrency),
         runner=SleepRunner(latency) if runner == "sleep" else None,
     )
     start = time.perf_counter()

@@ -39,8 +39,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from langchain_core.tools import StructuredTool  # noqa: E402
 
 from planexec.agent import PlanExecuteAgent  # noqa: E402
-from planexec.config import AgentConfig  # noqa: E402
-from planexec.executor import Executor, ExecutorConfig  # noqa: E402
+from planexec.config import (
+    AgentConfig,  # noqa: E402
+    ExecutorSettings,  # noqa: E402
+)
+from planexec.executor import Executor  # noqa: E402
 from planexec.plan import Plan, Step  # noqa: E402
 from planexec.testing import ScriptedChatModel  # noqa: E402
 from planexec.tools import ToolCatalog  # noqa: E402
@@ -156,7 +159,7 @@ async def per_call(runner: Any, calls: int) -> list[float]:
     plan = Plan(steps=(Step(id=1, tool="noop"),))
     times = []
     for _ in range(calls):
-        ex = Executor(catalog, config=ExecutorConfig(), runner=runner)
+        ex = Executor(catalog, config=ExecutorSettings(), runner=runner)
         t0 = time.perf_counter()
         (r,) = await ex.run(plan)
         times.append(time.perf_counter() - t0)
@@ -173,7 +176,7 @@ async def parallel_steps(runner: Any, k: int, sleep: float) -> float:
         func=block, name="block", description="Block.", metadata={"planexec": {"read_only": True}}
     )])
     plan = Plan(steps=tuple(Step(id=i, tool="block", args={"i": i}) for i in range(1, k + 1)))
-    ex = Executor(catalog, config=ExecutorConfig(max_concurrency=k), runner=runner)
+    ex = Executor(catalog, config=ExecutorSettings(max_concurrency=k), runner=runner)
     t0 = time.perf_counter()
     results = await ex.run(plan)
     wall = time.perf_counter() - t0

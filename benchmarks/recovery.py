@@ -52,7 +52,7 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.results import Run, RunStatus
-from planexec.testing import FunctionChatModel, fake_tool
+from planexec.testing import FunctionModel, ModelCall, fake_tool
 
 RESULTS = Path(__file__).parent / "results" / "recovery.json"
 READ = {"read_only": True}
@@ -80,7 +80,7 @@ EXPECTED = [{"t": "2024-01-01", "v": 7.5}]
 
 
 class Router:
-    """The scripted model: replies by purpose (recognised from the system prompt)."""
+    """The scripted model: replies by the purpose each call says it has."""
 
     def __init__(self, first_plan: str, *, slow_first: float = 0.0) -> None:
         self.first_plan = first_plan
@@ -88,23 +88,19 @@ class Router:
         self.slow_first = slow_first
         self.calls = 0
 
-    def __call__(self, messages: list[BaseMessage]) -> str:
+    def __call__(self, call: ModelCall, messages: list[BaseMessage]) -> str:
         self.calls += 1
-        system = str(messages[0].content)
-        if system.startswith("You are the planner"):
+        if call.purpose == "plan":
             self.plan_calls += 1
             # a planner that writes its first plan with the injected fault and fixes it
             # once it is shown feedback (a re-prompt or a re-plan)
             return self.first_plan if self.plan_calls == 1 else GOOD_PLAN
-        if system.startswith("You fill in arguments"):
-            text = str(messages[-1].content)
-            if '"site_name"' in text or "site_name" in text:
-                return '{"site_name": "MAIN"}'
-            return "{}"
+        if call.purpose == "resolve":
+            return json.dumps({k: "MAIN" for k in call.keys if k == "site_name"})
         return "Sensor T-1 of CH-6 at MAIN read 7.5 on 2024-01-01."
 
 
-class SlowModel(FunctionChatModel):
+class SlowModel(FunctionModel):
     """A function model whose first call sleeps (to exceed the model timeout)."""
 
     slow_first: float = 0.0
@@ -264,14 +260,14 @@ async def trace_hallucinated() -> str:
     second = step(3, "assets", '{"site_name": "<step_1[0]>"}', "#S1")
     replies = iter([first, second])
 
-    def fn(messages: list[BaseMessage]) -> str:
-        if str(messages[0].content).startswith("You are the planner"):
+    def fn(call: ModelCall, messages: list[BaseMessage]) -> str:
+        if call.purpose == "plan":
             return next(replies)
         return "CH-6@MAIN is the asset at MAIN."
 
     tools = make_tools(random.Random(0), 0.0)
     cfg = AgentConfig.from_dict({"planner": {"max_reprompts": 0}})
-    agent = PlanExecuteAgent(FunctionChatModel(function=fn), tools[:2], config=cfg,
+    agent = PlanExecuteAgent(FunctionModel(function=fn), tools[:2], config=cfg,
                              event_handlers=[tracer(lines)])
     run = await agent.run("Which asset is at the first site?")
     return "\n".join([*lines, usage_line(run)])
@@ -293,23 +289,24 @@ async def trace_reresolve() -> str:
     lines: list[str] = []
     plan = "\n".join([
         step(1, "sensors", '{"asset_id": "CH-6"}', "None"),
-        step(2, "history", '{"sensor": "<step_1[0]>", "start": "2024-02-01", '
-             '"final": "2024-01-01"}', "#S1"),
+        step(2, "history", '{"sensor": "<step_1.names[0]>", "start": "2024-01-01", '
+             '"final": "<step_1.since>"}', "#S1"),
     ])
 
-    def fn(messages: list[BaseMessage]) -> str:
-        system = str(messages[0].content)
-        if system.startswith("You are the planner"):
+    def fn(call: ModelCall, messages: list[BaseMessage]) -> str:
+        if call.purpose == "plan":
             return plan
-        if system.startswith("You fill in arguments"):
-            return '{"sensor": "T-1", "start": "2024-01-01", "final": "2024-02-01"}'
+        if call.purpose == "resolve":  # asked only for the values taken from references
+            return json.dumps({"sensor": "T-1", "final": "2024-02-01"} | {
+                k: "?" for k in call.keys if k not in ("sensor", "final")})
         return "T-1 read 7.5 on 2024-01-01."
 
     tools = [
-        fake_tool("sensors", ["T-1", "T-2"], args={"asset_id": str}, hints=READ),
+        fake_tool("sensors", {"names": ["T-1", "T-2"], "since": "2023-12-01"},
+                  args={"asset_id": str}, hints=READ),
         fake_tool("history", EXPECTED, args=HistoryArgs, hints=READ),
     ]
-    agent = PlanExecuteAgent(FunctionChatModel(function=fn), tools,
+    agent = PlanExecuteAgent(FunctionModel(function=fn), tools,
                              event_handlers=[tracer(lines)])
     run = await agent.run("What did the first sensor of CH-6 read in January?")
     return "\n".join([*lines, usage_line(run)])
@@ -322,8 +319,8 @@ async def trace_retry() -> str:
         step(2, "assets", '{"site_name": "<step_1[0]>"}', "#S1"),
     ])
 
-    def fn(messages: list[BaseMessage]) -> str:
-        if str(messages[0].content).startswith("You are the planner"):
+    def fn(call: ModelCall, messages: list[BaseMessage]) -> str:
+        if call.purpose == "plan":
             return plan
         return "CH-6 is at MAIN."
 
@@ -333,7 +330,7 @@ async def trace_retry() -> str:
                   error="503 service unavailable", fail_times=3, hints=READ),
     ]
     cfg = AgentConfig.from_dict({"executor": {"tool_retry": dict(FAST_RETRY)}})
-    agent = PlanExecuteAgent(FunctionChatModel(function=fn), tools, config=cfg,
+    agent = PlanExecuteAgent(FunctionModel(function=fn), tools, config=cfg,
                              event_handlers=[tracer(lines)])
     run = await agent.run("Which asset is at the first site?")
     return "\n".join([*lines, usage_line(run)])

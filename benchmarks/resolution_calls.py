@@ -59,9 +59,10 @@ from loguru import logger
 from pydantic import BaseModel, ConfigDict, create_model
 
 from planexec._models import ModelClient
+from planexec.config import ExecutorSettings
 from planexec.errors import PlanParseError
 from planexec.events import EventBus
-from planexec.executor import Executor, ExecutorConfig
+from planexec.executor import Executor
 from planexec.parsing import contains_placeholder, parse_plan
 from planexec.plan import PathElem, Plan, Step, iter_refs, to_jsonable
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs, follow_path
@@ -390,9 +391,12 @@ class BaselineResolver(ArgResolver):
     calls are counted elsewhere (so every policy calls the tools identically).
     """
 
-    def __init__(self, policy: str, *, dialect: str | None) -> None:
-        """Create the baseline ``policy`` (``per_placeholder_step`` or ``per_tool_step``)."""
-        super().__init__(fake_model())
+    def __init__(self, policy: str, *, dialect: str | None, usage: Usage) -> None:
+        """Create the baseline ``policy`` (``per_placeholder_step`` or ``per_tool_step``).
+
+        Its counted calls go to ``usage`` (the run's).
+        """
+        super().__init__(ModelClient(fake_model(), usage=usage))
         self.policy = policy
         """Which baseline."""
         self.dialect = dialect
@@ -438,10 +442,9 @@ class BaselineResolver(ArgResolver):
         feedback: str | None = None,
         run_id: str = "-",
         bus: EventBus | None = None,
-        client: ModelClient | None = None,
     ) -> ResolvedArgs | ResolutionFailure:
         """Pay the policy's call (if the step qualifies), then resolve as planexec does."""
-        counted = client or self.client
+        counted = self.client
         if counted is not None and self.qualifies(step):
             messages = [
                 SystemMessage(content="Fill in the arguments of one tool call."),
@@ -512,12 +515,12 @@ async def run_policy(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")
     catalog = ToolCatalog(tools)
-    resolver: ArgResolver
-    if policy == "planexec":
-        resolver = ArgResolver(fake_model())
-    else:
-        resolver = BaselineResolver(policy, dialect=plan.dialect)
     usage = Usage()
+    resolver: ArgResolver
+    if policy == "planexec":  # the run-bound client counts the fallback's calls in `usage`
+        resolver = ArgResolver(ModelClient(fake_model(), usage=usage))
+    else:
+        resolver = BaselineResolver(policy, dialect=plan.dialect, usage=usage)
     resolved = 0
     original = resolver.resolve
 
@@ -530,7 +533,7 @@ async def run_policy(
     executor = Executor(
         catalog,
         resolver,
-        config=ExecutorConfig(error_payload_keys=error_payload_keys),
+        config=ExecutorSettings(error_payload_keys=error_payload_keys),
         reasoner=StubReasoner(),
         usage=usage,
         run_id=f"bench-{policy}",

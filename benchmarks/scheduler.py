@@ -26,7 +26,8 @@ from typing import Any
 
 from loguru import logger
 
-from planexec.executor import Executor, ExecutorConfig
+from planexec.config import ExecutorSettings
+from planexec.executor import Executor
 from planexec.parsing.refs import find_refs
 from planexec.plan import Plan, Step
 from planexec.testing import fake_tool
@@ -55,7 +56,7 @@ async def once(n: int, shape: str, runner: str) -> float:
     tool = fake_tool("noop", {"ok": 1}, args={"v": (Any, None)}, hints={"read_only": True})
     executor = Executor(
         ToolCatalog([tool]),
-        config=ExecutorConfig(max_concurrency=64),
+        config=ExecutorSettings(max_concurrency=64),
         runner=NoopRunner() if runner == "noop" else None,
     )
     plan = make_plan(n, shape)

@@ -34,8 +34,9 @@ from typing import Any
 
 from loguru import logger
 
+from planexec.config import ExecutorSettings
 from planexec.events import EventBus, PlanCreated, RunFinished, RunStarted
-from planexec.executor import Executor, ExecutorConfig
+from planexec.executor import Executor
 from planexec.plan import Plan, Step
 from planexec.store import MemoryRunStore, RunStore, SQLiteRunStore
 from planexec.testing import fake_tool
@@ -67,7 +68,7 @@ async def one_run(catalog: ToolCatalog, plan: Plan, store: RunStore | None, run_
     bus = EventBus()
     if store is not None:
         store.attach(bus)
-    executor = Executor(catalog, config=ExecutorConfig(max_concurrency=8), bus=bus,
+    executor = Executor(catalog, config=ExecutorSettings(max_concurrency=8), bus=bus,
                         run_id=run_id)
     t0 = time.perf_counter()
     await bus.emit(RunStarted(run_id=run_id, question="benchmark"))

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
     )
     from planexec.config import (
         AgentConfig,
+        ExecutorSettings,
         load_config,
     )
     from planexec.evaluation import (
@@ -51,7 +52,6 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
     )
     from planexec.executor import (
         Executor,
-        ExecutorConfig,
     )
     from planexec.models import (
         load_model,
@@ -77,6 +77,9 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
         StepStatus,
         Usage,
     )
+    from planexec.runtime import (
+        Runtime,
+    )
     from planexec.tools import (
         ToolCatalog,
         ToolHints,
@@ -93,7 +96,7 @@ _LAZY: dict[str, str] = {
     "Event": "planexec.events",
     "EventBus": "planexec.events",
     "Executor": "planexec.executor",
-    "ExecutorConfig": "planexec.executor",
+    "ExecutorSettings": "planexec.config",
     "FunctionEvaluator": "planexec.evaluation",
     "LLMJudge": "planexec.evaluation",
     "PlanAttempt": "planexec.results",
@@ -102,6 +105,7 @@ _LAZY: dict[str, str] = {
     "ResolutionMethod": "planexec.results",
     "Run": "planexec.results",
     "RunStatus": "planexec.results",
+    "Runtime": "planexec.runtime",
     "StepResult": "planexec.results",
     "StepStatus": "planexec.results",
     "ToolCatalog": "planexec.tools",
@@ -137,7 +141,7 @@ __all__ = [
     "Event",
     "EventBus",
     "Executor",
-    "ExecutorConfig",
+    "ExecutorSettings",
     "FunctionEvaluator",
     "LLMJudge",
     "load_config",
@@ -159,6 +163,7 @@ __all__ = [
     "RunError",
     "RunNotFoundError",
     "RunStatus",
+    "Runtime",
     "Severity",
     "Step",
     "StepResult",

@@ -4,13 +4,19 @@ Every model call in planexec (planning, resolution fallback, reasoning steps,
 evaluation, answers) goes through a `ModelClient`, which enforces the timeout, counts
 the call (and tokens) in `Usage` by purpose, and emits an `LLMCalled` event. The
 resilience layer (retries with backoff, circuit breaker) plugs in here too.
+
+Each call tells the model what it is for: a `ModelCall` (purpose, step, the keys asked
+for, run) travels in the langchain ``RunnableConfig`` metadata (``planexec_*`` keys) with
+a ``run_name`` of ``planexec.<purpose>``, so tracing callbacks see named calls and the
+fakes of `planexec.testing` answer by purpose instead of by reading prompt text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -20,7 +26,48 @@ from planexec.errors import ModelError, ModelTimeoutError
 from planexec.events import EventBus, LLMCalled
 from planexec.results import Usage
 
-__all__ = ["ModelClient", "as_client", "message_text"]
+__all__ = ["ModelCall", "ModelClient", "as_client", "message_text"]
+
+_META = "planexec_"
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What one model call is for; sent with the call, read by `planexec.testing` fakes."""
+
+    purpose: str
+    """``plan``, ``resolve``, ``reason``, ``answer``, ``evaluate`` (the judge), ..."""
+    step_id: int | None = None
+    """The step the call serves (resolution, reasoning), if any."""
+    keys: tuple[str, ...] = ()
+    """For ``resolve``: the arguments the reply must fill, in order."""
+    run_id: str = "-"
+    """The run."""
+
+    def config(self) -> dict[str, Any]:
+        """The ``RunnableConfig`` that carries this call (metadata and a run name)."""
+        return {
+            "run_name": f"planexec.{self.purpose}",
+            "metadata": {
+                f"{_META}purpose": self.purpose,
+                f"{_META}step_id": self.step_id,
+                f"{_META}keys": list(self.keys),
+                f"{_META}run_id": self.run_id,
+            },
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> ModelCall | None:
+        """The call described by a run's metadata (None if planexec did not make it)."""
+        if not metadata or f"{_META}purpose" not in metadata:
+            return None
+        step = metadata.get(f"{_META}step_id")
+        return cls(
+            purpose=str(metadata[f"{_META}purpose"]),
+            step_id=int(step) if step is not None else None,
+            keys=tuple(str(k) for k in metadata.get(f"{_META}keys") or ()),
+            run_id=str(metadata.get(f"{_META}run_id") or "-"),
+        )
 
 
 def message_text(message: Any) -> str:
@@ -67,13 +114,24 @@ class ModelClient:
         clone.usage, clone.bus, clone.run_id = usage, bus, run_id
         return clone
 
-    async def _invoke(self, messages: Sequence[BaseMessage]) -> Any:
-        return await self.model.ainvoke(list(messages))
+    async def _invoke(self, messages: Sequence[BaseMessage], call: ModelCall) -> Any:
+        return await self.model.ainvoke(list(messages), config=call.config())  # type: ignore[arg-type]
 
     async def complete(
-        self, messages: Sequence[BaseMessage], *, purpose: str, step_id: int | None = None
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        purpose: str,
+        step_id: int | None = None,
+        keys: Sequence[str] = (),
     ) -> str:
         """Send ``messages`` and return the reply's text.
+
+        Args:
+            messages: The prompt.
+            purpose: What the call is for (counted in `Usage` under this name).
+            step_id: The step it serves, if any.
+            keys: For a resolution: the keys the reply must fill.
 
         Raises:
             ModelTimeoutError: the call exceeded ``timeout``.
@@ -81,11 +139,12 @@ class ModelClient:
         """
         start = time.perf_counter()
         ok = False
+        call = ModelCall(purpose, step_id, tuple(keys), self.run_id)
         try:
             if self.timeout is not None:
-                reply = await asyncio.wait_for(self._invoke(messages), self.timeout)
+                reply = await asyncio.wait_for(self._invoke(messages, call), self.timeout)
             else:
-                reply = await self._invoke(messages)
+                reply = await self._invoke(messages, call)
             ok = True
         except TimeoutError as exc:
             raise ModelTimeoutError(

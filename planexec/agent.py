@@ -6,7 +6,9 @@ One run, in order:
    on diagnostics within its own budget;
 2. **execute** — the `Executor` runs the plan as a DAG; the resolver's LLM fallback and
    reasoning steps use the same run-bound, resilient model client; the `Limits` guard
-   counts steps, per-tool calls and repeated sequences;
+   counts steps, per-tool calls and repeated sequences (the client, resolver, reasoner,
+   limits and executor of each run are assembled by the agent's
+   `planexec.runtime.Runtime`, as for every other entry point);
 3. **recover** — each failed step gets a `Decision` from the `RecoveryPolicy`:
    ``RERESOLVE`` and ``RETRY_STEP`` re-run the failed steps of the same plan (succeeded
    steps are passed as ``prior`` and not run again; re-resolved steps get their failure
@@ -58,7 +60,7 @@ from planexec.events import (
     StepFinished,
     StepStarted,
 )
-from planexec.executor import Executor, ExecutorConfig, ModelReasoner, ToolRunner
+from planexec.executor import Executor, ToolRunner
 from planexec.output import (
     OUTPUT_TOOL,
     catalog_with_output,
@@ -70,7 +72,7 @@ from planexec.output import (
     without_output_step,
 )
 from planexec.plan import Plan, Step, to_jsonable
-from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext, _same_call
+from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext, same_call
 from planexec.recovery import (
     Action,
     Decision,
@@ -80,9 +82,16 @@ from planexec.recovery import (
     RecoveryState,
     combine_decisions,
 )
-from planexec.resilience import BreakerRegistry, ResilientModelClient, RetryPolicy
-from planexec.resolver import ArgResolver
-from planexec.results import PlanAttempt, Run, RunStatus, StepResult, StepStatus, Usage
+from planexec.resilience import BreakerRegistry
+from planexec.results import (
+    PlanAttempt,
+    Run,
+    RunStatus,
+    StepError,
+    StepResult,
+    StepStatus,
+)
+from planexec.runtime import Runtime
 from planexec.tools import ToolCatalog
 
 __all__ = ["PlanExecuteAgent"]
@@ -93,27 +102,9 @@ SKIPPED or CANCELLED produced nothing: say what could not be found out, never gu
 Answer directly and concisely."""
 
 
-def _retry(settings: Any) -> RetryPolicy:
-    return RetryPolicy(
-        attempts=settings.attempts,
-        base_delay=settings.base_delay,
-        max_delay=settings.max_delay,
-        jitter=settings.jitter,
-    )
-
-
 def _next_version(run: Run) -> int:
     """The version of the run's next plan: after every recorded one."""
     return max((a.version for a in run.attempts), default=0) + 1
-
-
-def _backend_runner(settings: Any) -> ToolRunner | None:
-    """The tool runner of ``executor.backend`` (None: the executor's local one)."""
-    if settings.backend == "local":
-        return None
-    from planexec.distributed import runner_for
-
-    return runner_for(settings.backend, settings.ray)
 
 
 @dataclass
@@ -190,7 +181,9 @@ class PlanExecuteAgent:
         """The tools."""
         self.config = config or AgentConfig()
         """The settings."""
-        self._check_tool_names()
+        self.runtime = Runtime(model, self.catalog, self.config, breakers=breakers, runner=runner)
+        """Assembles each run's model client, resolver, reasoner, limits and executor
+        (it checks the config's tool names against the catalog)."""
         self.policy = policy or RecoveryPolicy.from_settings(self.config.recovery)
         """The recovery policy (replace it to change the table or the budgets)."""
         self.evaluator = evaluator
@@ -201,20 +194,11 @@ class PlanExecuteAgent:
         """The default typed output, if any."""
         self.event_handlers = list(event_handlers)
         """Subscribers to every run's events."""
-        self.breakers = (
-            breakers
-            if breakers is not None
-            else BreakerRegistry(
-                self.config.model.breaker_failure_threshold, self.config.model.breaker_recovery_time
-            )
-        )
-        """Circuit breakers for the model provider and the tool servers."""
-        if runner is None:
-            from planexec.distributed import runner_for
-
-            runner = runner_for(self.config.executor.backend, self.config.executor.ray)
-        self.runner = runner
-        """How tools are called (None: locally; ``executor.backend = "ray"``: on Ray)."""
+        self.breakers: BreakerRegistry = self.runtime.breakers
+        """Circuit breakers for the model provider and the tool servers (the runtime's)."""
+        self.runner: ToolRunner = self.runtime.runner
+        """How tools are called (the runtime's: in process, or on Ray with
+        ``executor.backend = "ray"``)."""
         self.last_run: Run | None = None
         """The latest run started (also when it was cancelled)."""
         ps = self.config.planner
@@ -333,7 +317,7 @@ class PlanExecuteAgent:
         """
         if self.store is None:
             raise RunError("resume needs a run store: PlanExecuteAgent(..., store=store)")
-        from planexec.store.resume import resume_run
+        from planexec.runs import resume_run
 
         return await resume_run(self, self.store, run_id, rerun_unsafe=rerun_unsafe)
 
@@ -354,7 +338,7 @@ class PlanExecuteAgent:
         again without a new `PlanCreated` (it is on record), reusing ``prior``, and the
         loop goes on from there as in `run`: recovery, re-plans numbered after every
         recorded version (earlier re-plans count against the budget), answer,
-        evaluation. `planexec.store.resume.resume_run` decides ``prior`` from a store.
+        evaluation. `planexec.runs.resume_run` decides ``prior`` from a store.
 
         Args:
             question: The run's question.
@@ -436,120 +420,27 @@ class PlanExecuteAgent:
                 bus.subscribe(self.store)
         for h in [*self.event_handlers, *handlers]:
             bus.subscribe(h)
-        usage = run.usage
-        client: ModelClient | None = None
-        if self.model is not None:
-            client = self._resilient(self.model, usage=usage, bus=bus, run_id=run.run_id)
         out_type = output_type or self.output_type
-        catalog = self._catalog_for(out_type)
-        ex = cfg.executor
-        limits = Limits.from_settings(cfg.limits)
-        executor = Executor(
-            catalog,
-            ArgResolver(client, output_budget=cfg.resolver.output_budget),
-            config=ExecutorConfig(
-                max_concurrency=ex.max_concurrency,
-                step_timeout=ex.step_timeout,
-                tool_timeout=ex.tool_timeout,
-                tool_timeouts=dict(ex.tool_timeouts),
-                error_payload_keys=tuple(ex.error_payload_keys),
-                empty_output=ex.empty_output,
-                tool_retry=_retry(ex.tool_retry),
-                retry_unsafe=ex.retry_unsafe,
-                empty_output_attempts=ex.empty_output_attempts,
-                reason_budget=ex.reason_budget,
-            ),
-            reasoner=(
-                ModelReasoner(client, question=question, budget=ex.reason_budget)
-                if client is not None
-                else None
-            ),
-            bus=bus,
+        services = self.runtime.open_run(
             run_id=run.run_id,
-            usage=usage,
-            breakers=self.breakers,
-            guard=self._limit_guard(limits, catalog),
-            runner=self.runner if self.runner is not None else _backend_runner(ex),
-            client=client,
+            usage=run.usage,
+            bus=bus,
+            question=question,
+            catalog=self._catalog_for(out_type),
         )
-        ctx = _RunCtx(run, bus, client, executor, limits, RecoveryState(), out_type)
+        ctx = _RunCtx(
+            run,
+            bus,
+            services.client,
+            services.executor,
+            services.limits,
+            RecoveryState(),
+            out_type,
+        )
         await bus.emit(
             RunStarted(run_id=run.run_id, question=question, config=cfg.model_dump(mode="json"))
         )
         return ctx
-
-    def _check_tool_names(self) -> None:
-        """Reject tool names in limits and timeouts that name no tool of the catalog.
-
-        Raises:
-            ConfigError: naming each key with an unknown tool, and close tool names.
-        """
-        cfg = self.config
-        named = [(f"limits.per_tool_limits[{n!r}]", n) for n in cfg.limits.per_tool_limits]
-        for i, seq in enumerate(cfg.limits.sequence_limits):
-            named += [(f"limits.sequence_limits[{i}].pattern", n) for n in seq.pattern]
-        named += [(f"executor.tool_timeouts[{n!r}]", n) for n in cfg.executor.tool_timeouts]
-        problems: list[str] = []
-        down = getattr(self.catalog, "unavailable", None) or {}
-        for key, name in named:
-            if self.catalog.has(name):
-                continue
-            server = name.split(".", 1)[0] if "." in name else None
-            if server is not None and server in down:
-                run_log("-").warning(
-                    "{}: tool {!r} is on server {!r}, which could not start; not checked",
-                    key,
-                    name,
-                    server,
-                )
-                continue
-            close = self.catalog.suggest(name)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            problems.append(f"{key}: unknown tool {name!r}{hint}")
-        if problems:
-            names = self.catalog.names()
-            known = ", ".join(names[:30]) + (" …" if len(names) > 30 else "")
-            raise ConfigError(
-                "invalid configuration: tool names that are not in the catalog:\n  "
-                + "\n  ".join(problems)
-                + f"\n  (tools: {known or 'none'})"
-            )
-
-    def _resilient(
-        self, model: BaseChatModel, *, usage: Usage, bus: EventBus, run_id: str
-    ) -> ResilientModelClient:
-        """A run-bound client for ``model`` with the ``model`` settings.
-
-        Timeout, retries, streaming and breaker are those of every model call of a run:
-        planner, resolver, reasoning, answer and an `LLMJudge` given a plain model.
-        """
-        cfg = self.config.model
-        return ResilientModelClient(
-            model,
-            timeout=cfg.timeout,
-            usage=usage,
-            bus=bus,
-            run_id=run_id,
-            retry=_retry(cfg.retry),
-            breakers=self.breakers,
-            stream=cfg.stream,
-        )
-
-    @staticmethod
-    def _limit_guard(limits: Limits, catalog: ToolCatalog) -> Any:
-        """The executor's guard: `Limits.guard` told the tool's server from the catalog."""
-
-        def guard(step: Step, tool: str) -> str | None:
-            server: str | None = step.server
-            try:
-                spec = catalog.lookup(tool, step.server) or catalog.lookup(tool)
-            except KeyError:  # ambiguous: keep the step's server
-                spec = None
-            if spec is not None:
-                server = spec.server or ""
-            return limits.guard(step, tool, server=server)
-
-        return guard
 
     def _catalog_for(self, output_type: type[BaseModel] | None) -> ToolCatalog:
         if output_type is None:
@@ -724,7 +615,7 @@ class PlanExecuteAgent:
     ) -> dict[int, StepResult]:
         """Run ``plan``, re-running failed steps while the decisions allow."""
         known = dict(prior)
-        feedback: dict[int, str] = {}
+        feedback: dict[int, StepError] = {}
         while True:
             to_run, refused = await self._refuse_repeats(ctx, plan, known, attempt)
             results = await ctx.executor.run(
@@ -747,9 +638,12 @@ class PlanExecuteAgent:
             decisions = await self._decide_round(ctx, failures, plan, latest, attempt.text)
             # only RERESOLVE / RETRY_STEP remain here
             feedback = {
-                d.failure.step_id: d.failure.message
+                d.failure.step_id: d.failure.error
                 for d in decisions
-                if d.action is Action.RERESOLVE and d.failure and d.failure.step_id is not None
+                if d.action is Action.RERESOLVE
+                and d.failure is not None
+                and d.failure.step_id is not None
+                and d.failure.error is not None
             }
             known = {sid: r for sid, r in latest.items() if r.ok}
             for sid, r in prior.items():
@@ -797,7 +691,7 @@ class PlanExecuteAgent:
                 if old.tool != step.tool:
                     continue
                 same_values = literal and to_jsonable(step.args) == to_jsonable(result.args)
-                if not (_same_call(step, old) or same_values):
+                if not (same_call(step, old) or same_values):
                     continue
                 message = (
                     f"step {step.id}: tool {step.tool!r} not called: this destructive call "
@@ -1049,8 +943,8 @@ class PlanExecuteAgent:
         run, attempt = ctx.run, ctx.current
         step = output_step(plan)
         assert step is not None  # check_output_plan passed
-        resolver = ArgResolver(ctx.client, output_budget=self.config.resolver.output_budget)
-        feedback: str | None = None
+        resolver = ctx.executor.resolver  # the run's, built by the runtime
+        feedback: StepError | None = None
         while True:
             await ctx.bus.emit(
                 StepStarted(
@@ -1069,7 +963,6 @@ class PlanExecuteAgent:
                 feedback=feedback,
                 run_id=run.run_id,
                 bus=ctx.bus,
-                client=ctx.client,
             )
             attempt.results.append(outcome.result)
             await ctx.bus.emit(
@@ -1083,14 +976,8 @@ class PlanExecuteAgent:
                 step_log(run.run_id, step.id).warning(
                     "typed output unexpected: {}", outcome.describe()
                 )
-            failure = Failure(
-                outcome.kind,
-                outcome.message,
-                step_id=step.id,
-                tool=OUTPUT_TOOL,
-                args=outcome.fields,
-                safe=True,
-                plan_version=attempt.version,
+            failure = Failure.from_result(
+                outcome.result, safe=True, plan_version=attempt.version
             )
             try:
                 await self._decide_round(ctx, [failure], plan, latest, text)
@@ -1125,7 +1012,7 @@ class PlanExecuteAgent:
             usage=ctx.run.usage,
             bus=ctx.bus,
             output_budget=self.config.evaluation.output_budget,
-            client_for=lambda model: self._resilient(
+            client_for=lambda model: self.runtime.client_for(
                 model, usage=ctx.run.usage, bus=ctx.bus, run_id=ctx.run.run_id
             ),
         )

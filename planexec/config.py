@@ -22,16 +22,21 @@ YAML file::
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planexec.distributed.settings import RaySettings
+from planexec._ray_settings import RaySettings
 from planexec.errors import ConfigError, ErrorKind
 from planexec.recovery import Action
+
+if TYPE_CHECKING:
+    from planexec.resilience import RetryPolicy
+    from planexec.tools import ToolSpec
 
 __all__ = [
     "AgentConfig",
@@ -64,6 +69,19 @@ class RetrySettings(_Settings):
     jitter: float = Field(default=0.1, ge=0)
     """Random seconds (up to this) added to each wait."""
 
+    def policy(self) -> RetryPolicy:
+        """These settings as a `planexec.resilience.RetryPolicy` (built once, then shared)."""
+        return _retry_policy(self.attempts, self.base_delay, self.max_delay, self.jitter)
+
+
+@functools.lru_cache(maxsize=64)
+def _retry_policy(attempts: int, base_delay: float, max_delay: float, jitter: float) -> RetryPolicy:
+    from planexec.resilience import RetryPolicy
+
+    return RetryPolicy(
+        attempts=attempts, base_delay=base_delay, max_delay=max_delay, jitter=jitter
+    )
+
 
 class ExecutorSettings(_Settings):
     """How steps are run."""
@@ -84,6 +102,13 @@ class ExecutorSettings(_Settings):
     """Retries, inside one step, of failed calls to safe (read-only/idempotent) tools."""
     retry_unsafe: bool = False
     """Also retry tools not marked safe. Destructive tools are never retried."""
+    retry_error_payloads: bool = True
+    """Retry error payloads and ``is_error`` results of safe tools like exceptions.
+
+    On by default (`DESIGN.md`: a TOOL_ERROR is retried if the tool is safe). Turn it
+    off when such results are the tool's final answer (``unknown site``), so only
+    exceptions and timeouts are retried.
+    """
     empty_output_attempts: int = Field(default=2, ge=1)
     """Attempts (at most) for a safe tool that keeps returning an empty output."""
     reason_budget: int = Field(default=4000, ge=100)
@@ -93,6 +118,17 @@ class ExecutorSettings(_Settings):
     ``planexec[ray]``; see docs/scaling.md)."""
     ray: RaySettings = Field(default_factory=RaySettings)
     """The Ray backend's address, tool loading and resources per tool."""
+
+    def timeout_for(self, spec: ToolSpec) -> float | None:
+        """The call timeout of a tool.
+
+        ``tool_timeouts`` by qualified name (``server.name``), then by name, then
+        ``tool_timeout``.
+        """
+        for key in (spec.qualified_name, spec.name):
+            if key in self.tool_timeouts:
+                return self.tool_timeouts[key]
+        return self.tool_timeout
 
 
 class ResolverSettings(_Settings):

@@ -38,13 +38,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
-
-from langchain_core.messages import HumanMessage, SystemMessage
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from planexec._log import step_log
-from planexec._models import ModelClient
-from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError
+from planexec.config import ExecutorSettings
+from planexec.errors import CircuitOpenError, ErrorKind, ModelError
 from planexec.events import (
     EventBus,
     FallbackUsed,
@@ -53,19 +51,24 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.parsing.refs import contains_placeholder
-from planexec.plan import Plan, Ref, Step, Template, iter_refs, to_jsonable
+from planexec.plan import Plan, Ref, Step, Template, iter_refs
 from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
-from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage, jsonable
+from planexec.results import (
+    ResolutionMethod,
+    StepError,
+    StepResult,
+    StepStatus,
+    Usage,
+    jsonable,
+)
 from planexec.tools import ToolCatalog, ToolSpec, error_payload, invoke_tool, normalize_output
 
 __all__ = [
     "REUSED_NOTE",
     "Executor",
-    "ExecutorConfig",
     "Guard",
     "LocalToolRunner",
-    "ModelReasoner",
     "Reasoner",
     "ToolRunner",
 ]
@@ -77,50 +80,8 @@ Guard = Callable[[Step, str], "str | None"]
 """Called before a step's tool call; a returned message fails it with LIMIT_EXCEEDED."""
 
 
-@dataclass(frozen=True)
-class ExecutorConfig:
-    """How the executor runs a plan."""
-
-    max_concurrency: int = 8
-    """Steps running at the same time, at most."""
-    step_timeout: float | None = None
-    """Seconds a whole step may take (resolution, calls and retries), or None."""
-    tool_timeout: float | None = None
-    """Seconds one tool call may take, unless ``tool_timeouts`` names the tool."""
-    tool_timeouts: Mapping[str, float] = field(default_factory=dict)
-    """Per-tool call timeouts, by tool name or qualified ``server.name``."""
-    error_payload_keys: tuple[str, ...] = ("error",)
-    """Keys whose truthy value in a dict output marks a tool error."""
-    empty_output: Literal["fail", "warn"] = "fail"
-    """An empty output (None, "", [], {}) fails the step, or succeeds with a warning."""
-    tool_retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """Retries for failed calls of safe tools (read-only or idempotent)."""
-    retry_unsafe: bool = False
-    """Also retry tools whose safety is unknown. Destructive tools are never retried."""
-    retry_error_payloads: bool = True
-    """Retry error payloads and ``is_error`` results of safe tools like exceptions.
-
-    On by default (`DESIGN.md`: a TOOL_ERROR is retried if the tool is safe). Turn it
-    off when such results are the tool's final answer (``unknown site``), so only
-    exceptions and timeouts are retried.
-    """
-    empty_output_attempts: int = 2
-    """Attempts (at most) for a safe tool that keeps returning an empty output."""
-    reason_budget: int = 4000
-    """Characters of dependency outputs shown to a reasoning step's model."""
-
-    def __post_init__(self) -> None:
-        if self.max_concurrency < 1:
-            raise ConfigError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
-        if self.empty_output not in ("fail", "warn"):
-            raise ConfigError(f"empty_output must be 'fail' or 'warn', not {self.empty_output!r}")
-
-    def timeout_for(self, spec: ToolSpec) -> float | None:
-        """The call timeout of a tool."""
-        for key in (spec.qualified_name, spec.name):
-            if key in self.tool_timeouts:
-                return self.tool_timeouts[key]
-        return self.tool_timeout
+_NO_RETRY = RetryPolicy.none()
+"""The policy of a tool that is not retried (one attempt)."""
 
 
 @runtime_checkable
@@ -164,67 +125,6 @@ def _as_text(value: Any) -> str:
         return repr(value)
 
 
-REASON_SYSTEM = (
-    "You carry out one reasoning step of a plan: there is no tool to call. Answer the "
-    "step's task using only the results of the earlier steps shown. Reply with the "
-    "answer only. If those results do not hold what the task needs, say exactly what "
-    "is missing; never invent values."
-)
-
-
-class ModelReasoner:
-    """A `Reasoner` that asks a chat model (purpose ``reason``).
-
-    The prompt holds the step's task, the question (if given) and the outputs of the
-    step's dependencies, cut to ``budget`` characters in all. The step's expected
-    output is not shown, so it cannot be echoed back as a result.
-    """
-
-    def __init__(
-        self, client: ModelClient, *, question: str | None = None, budget: int = 4000
-    ) -> None:
-        self.client = client
-        """The model client (its usage counts the calls)."""
-        self.question = question
-        """The question the plan answers, shown as context."""
-        self.budget = budget
-        """Characters of dependency outputs shown, in all."""
-
-    def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelReasoner:
-        """Return a reasoner whose client counts into ``usage`` for ``run_id``."""
-        return ModelReasoner(
-            self.client.bind(usage=usage, bus=bus, run_id=run_id),
-            question=self.question,
-            budget=self.budget,
-        )
-
-    def prompt(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
-        """The human message for a step (built by concatenation: nothing is formatted)."""
-        lines: list[str] = []
-        if self.question:
-            lines += ["Question:", self.question, ""]
-        lines += [f"Task (step {step.id}):", step.task or "(no task text)", ""]
-        if step.args or step.positional:
-            # a reasoning step with #Args (ARGS_WITHOUT_TOOL): shown as written
-            written = to_jsonable(step.args) if step.args else to_jsonable(list(step.positional))
-            lines += ["Arguments written in the plan:", _as_text(written), ""]
-        if inputs:
-            per = max(200, self.budget // len(inputs))
-            lines.append("Results of earlier steps:")
-            for sid in sorted(inputs):
-                r = inputs[sid]
-                label = f"step {sid}" + (f" (tool {r.tool})" if r.tool else "")
-                lines.append(f"- {label}: {_cut(_as_text(r.output), per)}")
-        else:
-            lines.append("No earlier step results are available to this step.")
-        return "\n".join(lines)
-
-    async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
-        """Ask the model to answer the step's task from its inputs."""
-        messages = [SystemMessage(REASON_SYSTEM), HumanMessage(self.prompt(step, inputs))]
-        return await self.client.complete(messages, purpose="reason", step_id=step.id)
-
-
 class _AttemptFailed(Exception):
     """One tool call attempt failed in a way that may be retried."""
 
@@ -236,6 +136,7 @@ class _AttemptFailed(Exception):
         raw: Any = None,
         *,
         retry: bool = True,
+        cause: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
@@ -243,6 +144,7 @@ class _AttemptFailed(Exception):
         self.output = output
         self.raw = raw
         self.retry = retry
+        self.cause = cause
 
 
 class _StepFailed(Exception):
@@ -368,7 +270,7 @@ class Executor:
         catalog: ToolCatalog,
         resolver: ArgResolver | None = None,
         *,
-        config: ExecutorConfig | None = None,
+        config: ExecutorSettings | None = None,
         reasoner: Reasoner | None = None,
         bus: EventBus | None = None,
         run_id: str = "-",
@@ -376,26 +278,28 @@ class Executor:
         breakers: BreakerRegistry | None = None,
         guard: Guard | None = None,
         runner: ToolRunner | None = None,
-        client: ModelClient | None = None,
     ) -> None:
         """Build an executor.
+
+        The executor knows no model: the resolver's fallback and the reasoner come with
+        their own (run-bound) model clients, as `planexec.runtime.Runtime.open_run`
+        builds them.
 
         Args:
             catalog: The tools.
             resolver: The argument resolver (one without a model by default).
-            config: Concurrency, timeouts, retries, error payloads, empty outputs.
+            config: Concurrency, timeouts, retries, error payloads, empty outputs
+                (`planexec.config.ExecutorSettings`; its defaults otherwise).
             reasoner: Answers reasoning steps; without one they are skipped.
             bus: Where events go (awaited in order).
             run_id: The run id, bound to logs and events.
-            usage: Where tool and model calls are counted (a new `Usage` otherwise).
-                Model clients of the resolver and the reasoner are bound to it.
+            usage: Where tool calls are counted (a new `Usage` otherwise). Model calls
+                are counted by the resolver's and the reasoner's own clients.
             breakers: Circuit breakers: one per tool server (``tool:<server>``), one per
                 local tool (``tool:local:<name>``).
             guard: Called before each step's tool call; a message fails the step
                 with ``LIMIT_EXCEEDED``.
             runner: Makes tool calls (`LocalToolRunner` by default).
-            client: The run-bound model client passed to the resolver (by default the
-                resolver's own client, bound to ``usage``).
         """
         if resolver is None:
             resolver = ArgResolver()
@@ -403,7 +307,7 @@ class Executor:
         """The tools."""
         self.resolver = resolver
         """The argument resolver."""
-        self.config = config or ExecutorConfig()
+        self.config = config if config is not None else ExecutorSettings()
         """The configuration."""
         self.bus = bus if bus is not None else EventBus()
         """The event bus."""
@@ -420,16 +324,8 @@ class Executor:
         attach = getattr(self.runner, "attach_catalog", None)
         if callable(attach):  # optional hook: e.g. Ray hosts tools that share state together
             attach(catalog)
-        if reasoner is not None and isinstance(reasoner, ModelReasoner):
-            reasoner = reasoner.bind(usage=self.usage, bus=self.bus, run_id=run_id)
         self.reasoner = reasoner
         """Answers reasoning steps (None: they are skipped)."""
-        if client is None:
-            own = getattr(resolver, "client", None)
-            if isinstance(own, ModelClient):
-                client = own.bind(usage=self.usage, bus=self.bus, run_id=run_id)
-        self.client = client
-        """The model client handed to the resolver, if any."""
         self.results: dict[int, StepResult] = {}
         """Every result known in the current run (prior ones included), by step id."""
         self.reused: set[int] = set()
@@ -463,7 +359,7 @@ class Executor:
         plan: Plan,
         *,
         prior: Mapping[int, StepResult] | None = None,
-        feedback: Mapping[int, str] | None = None,
+        feedback: Mapping[int, StepError] | None = None,
         plan_version: int = 1,
     ) -> list[StepResult]:
         """Run a plan and return one result per step, in completion order.
@@ -474,7 +370,8 @@ class Executor:
                 prior result SUCCEEDED is not run again: its result is reused (emitted
                 as `StepFinished` with a ``reused`` note). Every prior result is visible
                 to references.
-            feedback: Per-step feedback for the resolver (e.g. validation errors from a
+            feedback: Per-step re-resolution feedback for the resolver: the `StepError`
+                of the step's previous attempt (it names the arguments to re-ask; e.g.
                 previous attempt).
             plan_version: The plan attempt number, put on events.
 
@@ -630,7 +527,7 @@ class Executor:
         self,
         step: Step,
         results: Mapping[int, StepResult],
-        feedback: str | None,
+        feedback: StepError | None,
         plan_ids: set[int],
     ) -> StepResult:
         ctx = _Ctx(step=step, started_at=time.time(), t0=time.perf_counter())
@@ -652,18 +549,6 @@ class Executor:
             result = self._result(
                 ctx, StepStatus.FAILED, ErrorKind.CIRCUIT_OPEN, f"step {step.id}: {exc}"
             )
-        except Exception as exc:  # noqa: BLE001 - a bug in a hook must not end the run
-            kind = {
-                "resolving": ErrorKind.RESOLUTION_FAILED,
-                "reasoning": ErrorKind.MODEL_ERROR,
-                "guard": ErrorKind.LIMIT_EXCEEDED,
-            }.get(ctx.phase, ErrorKind.TOOL_ERROR)
-            message = (
-                f"step {step.id}: internal error while {ctx.phase}: "
-                f"{type(exc).__name__}: {_cut(str(exc), 300)}"
-            )
-            step_log(self.run_id, step.id).opt(exception=exc).error(message)
-            result = self._result(ctx, StepStatus.FAILED, kind, message)
         except asyncio.CancelledError:
             # Only the scheduler cancels step tasks (on `cancel` or when `run` itself is
             # cancelled); it records the result and the scheduler decides what to raise.
@@ -714,7 +599,7 @@ class Executor:
         self,
         ctx: _Ctx,
         results: Mapping[int, StepResult],
-        feedback: str | None,
+        feedback: StepError | None,
         plan_ids: set[int],
     ) -> StepResult:
         step = ctx.step
@@ -754,12 +639,14 @@ class Executor:
             feedback=feedback,
             run_id=self.run_id,
             bus=self.bus,
-            client=self.client,
         )
         ctx.llm_calls += resolved.llm_calls
         ctx.resolution = dict(resolved.methods)  # partial on a failure
         if isinstance(resolved, ResolutionFailure):
-            raise _StepFailed(StepStatus.FAILED, resolved.kind, _named(step.id, resolved.message))
+            named = _named(step.id, resolved.message)
+            raise _StepFailed(
+                StepStatus.FAILED, resolved.kind, named, failure=resolved.to_error(named)
+            )
         args = dict(resolved.args)
         ctx.phase = "calling"
         self._check_invariant(step, args)
@@ -830,13 +717,19 @@ class Executor:
     ) -> None:
         for ref in step.refs:
             if ref.step not in plan_ids and ref.step not in results:
-                arg = _arg_of_ref(step).get(ref.step, "?")
+                arg = _arg_of_ref(step).get(ref.step)
+                message = (
+                    f"step {step.id}: argument {arg or '?'!r} refers to step {ref.step} "
+                    f"({ref.raw or ref.canonical}), which is not in the plan; "
+                    f"the tool was not called"
+                )
                 raise _StepFailed(
                     StepStatus.FAILED,
                     ErrorKind.MISSING_REFERENCE,
-                    f"step {step.id}: argument {arg!r} refers to step {ref.step} "
-                    f"({ref.raw or ref.canonical}), which is not in the plan; "
-                    f"the tool was not called",
+                    message,
+                    failure=StepError(
+                        ErrorKind.MISSING_REFERENCE, message, args=(arg,) if arg else ()
+                    ),
                 )
         for dep in step.depends_on:
             if dep not in plan_ids and dep not in results:
@@ -857,11 +750,21 @@ class Executor:
                 how = f"argument {where[dep]!r} refers to" if referenced else "depends on"
                 cause = r.error or r.note or "no output"
                 kind = f"{r.error_kind}: " if r.error_kind else ""
+                message = (
+                    f"step {step.id}: blocked: {how} step {dep}, which is "
+                    f"{r.status.value.lower()} ({kind}{cause}); the tool was not called"
+                )
                 raise _StepFailed(
                     StepStatus.BLOCKED,
                     ErrorKind.UPSTREAM_FAILED,
-                    f"step {step.id}: blocked: {how} step {dep}, which is "
-                    f"{r.status.value.lower()} ({kind}{cause}); the tool was not called",
+                    message,
+                    failure=StepError(
+                        ErrorKind.UPSTREAM_FAILED,
+                        message,
+                        args=(where[dep],) if referenced else (),
+                        cause=cause,
+                        upstream=dep,
+                    ),
                 )
 
     def _check_invariant(self, step: Step, args: Mapping[str, Any]) -> None:
@@ -869,11 +772,15 @@ class Executor:
             bad = _unresolved(value, self._dialect)
             if bad is not None:
                 text = bad.canonical if isinstance(bad, Ref | Template) else _cut(bad, 120)
+                message = (
+                    f"step {step.id}: argument {name!r} still holds an unresolved reference "
+                    f"or placeholder ({text!r}) after resolution; the tool was not called"
+                )
                 raise _StepFailed(
                     StepStatus.FAILED,
                     ErrorKind.RESOLUTION_FAILED,
-                    f"step {step.id}: argument {name!r} still holds an unresolved reference "
-                    f"or placeholder ({text!r}) after resolution; the tool was not called",
+                    message,
+                    failure=StepError(ErrorKind.RESOLUTION_FAILED, message, args=(name,)),
                 )
 
     async def _reason(self, ctx: _Ctx, results: Mapping[int, StepResult]) -> StepResult:
@@ -920,7 +827,7 @@ class Executor:
         ctx.args = args
         breaker = self.breakers.tool(spec.server, spec.name)
         timeout = self.config.timeout_for(spec)
-        policy = self.config.tool_retry if self._retryable(spec) else RetryPolicy.none()
+        policy = self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY
         empties = 0
 
         def shown() -> str:
@@ -967,6 +874,7 @@ class Executor:
                     ErrorKind.TOOL_ERROR,
                     f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
                     f"{_cut(str(exc), 500)} (args {shown()})",
+                    cause=f"{type(exc).__name__}: {_cut(str(exc), 500)}",
                 ) from exc
             breaker.record_success()
             output, raw_out = normalize_output(raw)
@@ -979,6 +887,7 @@ class Executor:
                     output,
                     raw_out,
                     retry=self.config.retry_error_payloads,
+                    cause=_cut(payload, 500),
                 )
             if _is_empty(output):
                 empties += 1
@@ -1028,12 +937,14 @@ class Executor:
                 not_retried = " (not retried: the tool is not marked read-only or idempotent)"
                 if spec.hints.destructive:
                     not_retried = " (not retried: the tool is destructive)"
+            message = f"{failed.message}{tries}{not_retried}"
             raise _StepFailed(
                 StepStatus.FAILED,
                 failed.kind,
-                f"{failed.message}{tries}{not_retried}",
+                message,
                 output=failed.output,
                 raw_output=failed.raw,
+                failure=StepError(failed.kind, message, cause=failed.cause),
             ) from failed
         return self._result(
             ctx, StepStatus.SUCCEEDED, None, None, output=output, raw_output=raw_out

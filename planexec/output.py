@@ -32,7 +32,6 @@ no tool, and the agent instantiates it after every other step succeeded.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,13 +39,12 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ValidationError
 
-from planexec._models import ModelClient
 from planexec.errors import ConfigError, ErrorKind
 from planexec.events import EventBus
 from planexec.plan import Plan, Ref, Step, Template, iter_refs, to_jsonable
 from planexec.planner import FINAL_STEP_TOOL
 from planexec.resolver import ArgResolver, ResolutionFailure, follow_path
-from planexec.results import ResolutionMethod, StepResult, StepStatus, jsonable
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 from planexec.tools import ToolCatalog, ToolHints, ToolSpec
 
 __all__ = [
@@ -75,7 +73,6 @@ OUTPUT_TOOL = FINAL_STEP_TOOL
 _MAX_HOPS = 32
 _NOTHING: Any = object()
 _VALUE_CUT = 120
-_ARG_QUOTED = re.compile(r"argument '([A-Za-z_]\w*)")
 
 
 def _short(value: Any, limit: int = _VALUE_CUT) -> str:
@@ -563,13 +560,6 @@ class OutputOutcome:
         return "; ".join(m.describe() for m in self.mismatches)
 
 
-def _invalid_fields(message: str, first: str | None, names: Sequence[str]) -> tuple[str, ...]:
-    found = {m for m in _ARG_QUOTED.findall(message) if m in names}
-    if first in names:
-        found.add(first)
-    return tuple(sorted(found))
-
-
 async def resolve_output(
     plan: Plan,
     output_type: type[BaseModel],
@@ -577,10 +567,9 @@ async def resolve_output(
     resolver: ArgResolver,
     *,
     expected: Mapping[str, Any] | None = None,
-    feedback: str | None = None,
+    feedback: StepError | None = None,
     run_id: str = "-",
     bus: EventBus | None = None,
-    client: ModelClient | None = None,
 ) -> OutputOutcome:
     """Resolve the final mapping step, validate it into ``output_type``, compare it.
 
@@ -593,7 +582,6 @@ async def resolve_output(
         feedback: Why the previous instantiation was unusable (re-resolution).
         run_id: For logs and events.
         bus: Where the resolver's events go.
-        client: The run-bound model client for the resolver's fallback.
 
     Returns:
         The outcome; failures are in it, never raised.
@@ -611,34 +599,51 @@ async def resolve_output(
         feedback=feedback,
         run_id=run_id,
         bus=bus,
-        client=client,
     )
 
     def failed(
-        kind: ErrorKind, message: str, fields: tuple[str, ...], **extra: Any
+        kind: ErrorKind,
+        message: str,
+        fields: tuple[str, ...],
+        *,
+        literal: tuple[str, ...] = (),
+        upstream: int | None = None,
+        cause: str | None = None,
+        **extra: Any,
     ) -> OutputOutcome:
+        error = StepError(
+            kind, message, args=fields, literal_args=literal, cause=cause, upstream=upstream
+        )
         result = StepResult(
             step_id=step.id,
             tool=OUTPUT_TOOL,
             status=StepStatus.FAILED,
-            error=message,
-            error_kind=kind,
+            failure=error,
             **extra,
         )
         return OutputOutcome(result, extra.get("output"), kind, message, fields)
 
     if isinstance(resolved, ResolutionFailure):
+        fields = tuple(sorted(a for a in resolved.args if a in names))
+        literal = tuple(a for a in resolved.literal_args if a in fields)
         if resolved.kind in (ErrorKind.ARGS_INVALID, ErrorKind.RESOLUTION_FAILED):
-            detail = resolved.message.removeprefix(f"{where}: ").removeprefix(
-                "the arguments do not fit the tool's schema: "
-            )
+            detail = resolved.cause or resolved.message
             message = f"{where}: the final mapping does not validate into {model}: {detail}"
-            fields = _invalid_fields(resolved.message, resolved.arg, names)
-            return failed(ErrorKind.OUTPUT_INVALID, message, fields, llm_calls=resolved.llm_calls)
+            return failed(
+                ErrorKind.OUTPUT_INVALID,
+                message,
+                fields,
+                literal=literal,
+                cause=resolved.cause,
+                llm_calls=resolved.llm_calls,
+            )
         return failed(
             resolved.kind,
             resolved.message,
-            (resolved.arg,) if resolved.arg in names else (),
+            fields,
+            literal=literal,
+            upstream=resolved.upstream,
+            cause=resolved.cause,
             llm_calls=resolved.llm_calls,
         )
     try:
@@ -677,20 +682,34 @@ async def resolve_output(
         f"{len(mismatches)} field(s): " + "; ".join(m.feedback() for m in mismatches)
     )
     result = replace(
-        ok, status=StepStatus.FAILED, error=message, error_kind=ErrorKind.OUTPUT_UNEXPECTED
+        ok,
+        status=StepStatus.FAILED,
+        failure=StepError(
+            ErrorKind.OUTPUT_UNEXPECTED,
+            message,
+            args=fields,
+            literal_args=tuple(
+                f for f in fields if resolved.methods.get(f) is ResolutionMethod.LITERAL
+            ),
+        ),
     )
     return OutputOutcome(
         result, value, ErrorKind.OUTPUT_UNEXPECTED, message, fields, tuple(mismatches)
     )
 
 
-def output_feedback(outcome: OutputOutcome) -> str:
-    """The re-resolution feedback for a failed outcome (names the fields to fill again)."""
-    assert outcome.message is not None
+def output_feedback(outcome: OutputOutcome) -> StepError:
+    """The re-resolution feedback for a failed outcome: its error, with words for the model.
+
+    The fields to fill again are the error's ``args`` (data); the message only explains.
+    """
+    assert outcome.message is not None and outcome.result.failure is not None
     fields = ", ".join(f"'{f}'" for f in outcome.fields) or "every field"
     if outcome.kind is ErrorKind.OUTPUT_UNEXPECTED:
-        return (
+        text = (
             f"{outcome.message}\nRe-check which earlier step's output each of these fields "
             f"must come from, and fill them again: {fields}."
         )
-    return f"{outcome.message}\nFill these fields again so that they validate: {fields}."
+    else:
+        text = f"{outcome.message}\nFill these fields again so that they validate: {fields}."
+    return replace(outcome.result.failure, message=text)

@@ -45,6 +45,7 @@ __all__ = [
     "PlannerOutcome",
     "ReplanContext",
     "fill",
+    "same_call",
     "schema_fields",
 ]
 
@@ -276,7 +277,8 @@ def _tools_section(catalog: ToolCatalog) -> str:
     return "\n".join(lines) if lines else "(no tools: use reasoning steps only)"
 
 
-def _same_call(a: Step, b: Step) -> bool:
+def same_call(a: Step, b: Step) -> bool:
+    """Whether two steps make the same call: same tool, server and arguments (as written)."""
     return (
         a.tool == b.tool
         and a.server == b.server
@@ -427,7 +429,7 @@ class Planner:
                 carried.append(step)
                 prior[sid] = result
                 continue
-            if _same_call(plan.step(sid), step):
+            if same_call(plan.step(sid), step):
                 prior[sid] = result
                 continue
             message = (

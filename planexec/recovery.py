@@ -9,9 +9,15 @@ docs/recovery.md, overridable per kind. `RecoveryPolicy.decide` applies the tabl
   an unsafe tool's failure re-plans instead;
 - when an action's budget is spent it escalates: ``RERESOLVE``/``RETRY_STEP`` →
   ``REPLAN`` → ``STOP``;
+- ``RERESOLVE`` only re-asks for arguments taken from references: a failure naming a
+  literal written in the plan (``StepError.literal_args``) re-plans at once, since no
+  re-resolution changes a literal;
 - the early re-plan: when the same argument of the same tool fails the same way twice
   in the same plan, ``REPLAN`` instead of spending the rest of the re-resolution budget
   (counted per plan version: a new plan's step is re-resolved first).
+
+Every rule reads the typed fields of a `Failure` (kind, arguments, upstream step,
+safety, attempts), never its message: messages are for people.
 
 `Limits` implements the executor's ``guard`` hook: total steps, per-tool calls and
 repeated sequences of tool calls. Hitting one fails the step with ``LIMIT_EXCEEDED``
@@ -20,7 +26,6 @@ repeated sequences of tool calls. Hitting one fails the step with ``LIMIT_EXCEED
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +33,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from planexec.errors import ErrorKind
-from planexec.results import StepResult
+from planexec.results import StepError, StepResult
 
 if TYPE_CHECKING:
     from planexec.config import LimitSettings, RecoverySettings
@@ -90,22 +95,6 @@ _RETRIED_IN_STEP = (ErrorKind.EMPTY_OUTPUT, ErrorKind.TOOL_ERROR, ErrorKind.TOOL
 """Kinds the executor retries within a step (safe tools): one more agent retry would
 multiply the calls, so a step that already made several attempts re-plans instead."""
 
-_ARG_LIST = re.compile(
-    r"\b(?:positional )?arguments? ((?:['\"`][A-Za-z_#][\w.\[\]]*['\"`](?:, | and )?)+)"
-)
-_ARG_NAME = re.compile(r"['\"`]([A-Za-z_#][\w.\[\]]*)['\"`]")
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|input_value=\S+")
-_NUMBER = re.compile(r"\d+")
-
-
-def _args_named(message: str) -> tuple[str, ...]:
-    """The argument names a failure message quotes (``argument 'x'``, ``arguments 'a', 'b'``)."""
-    found: set[str] = set()
-    for m in _ARG_LIST.finditer(message):
-        found.update(_ARG_NAME.findall(m.group(1)))
-    return tuple(sorted(found))
-
-
 @dataclass(frozen=True)
 class Failure:
     """One failure the agent must answer: a failed step, a plan without steps, a verdict."""
@@ -128,6 +117,12 @@ class Failure:
     """For ``UPSTREAM_FAILED``: the failure of the step it depends on."""
     attempts: int = 0
     """Tool call attempts the executor already made within the step (its own retries)."""
+    literal_args: tuple[str, ...] = ()
+    """Those of ``args`` written as literals in the plan (re-resolution cannot change them)."""
+    upstream: int | None = None
+    """For ``UPSTREAM_FAILED``: the step whose failure this one follows."""
+    error: StepError | None = None
+    """The step's `StepError` (the feedback of a re-resolution), when there is a step."""
 
     @classmethod
     def from_result(
@@ -138,30 +133,35 @@ class Failure:
         plan_version: int = 1,
         cause: Failure | None = None,
     ) -> Failure:
-        """Build the failure of a step result that did not succeed."""
-        kind = result.error_kind or ErrorKind.TOOL_ERROR
-        message = result.error or f"step {result.step_id} ended {result.status}"
+        """Build the failure of a step result that did not succeed (from its `StepError`)."""
+        error = result.failure
+        kind = error.kind if error else ErrorKind.TOOL_ERROR
+        message = (error.message if error else None) or (
+            f"step {result.step_id} ended {result.status}"
+        )
         return cls(
             kind=kind,
             message=message,
             step_id=result.step_id,
             tool=result.tool,
-            args=_args_named(message),
+            args=error.args if error else (),
+            literal_args=error.literal_args if error else (),
+            upstream=error.upstream if error else None,
             safe=safe or result.tool is None,  # a reasoning step has no side effects
             plan_version=plan_version,
             cause=cause,
             attempts=result.attempts,
+            error=error,
         )
 
     @property
-    def signature(self) -> tuple[str | None, str, tuple[str, ...], str]:
-        """What "failing the same way" compares: tool, kind, arguments and the message shape.
+    def signature(self) -> tuple[str | None, str, tuple[str, ...]]:
+        """What "failing the same way" compares: the tool, the kind and the arguments.
 
-        Quoted values and numbers are blanked out of the message, so a re-resolution
-        that produces another wrong value for the same argument counts as the same way.
+        Values are not part of it, so a re-resolution that produces another wrong value
+        for the same argument counts as the same way.
         """
-        shape = _NUMBER.sub("#", _QUOTED.sub("…", self.message))
-        return (self.tool, str(self.kind), self.args, shape if not self.args else "")
+        return (self.tool, str(self.kind), tuple(sorted(self.args)))
 
 
 @dataclass(frozen=True)
@@ -295,10 +295,19 @@ class RecoveryPolicy:
         times = state.seen[seen_key]
         key = (failure.plan_version, failure.step_id if failure.step_id is not None else -1)
         reason = f"{kind} at {where}{tool}: policy {kind} → {action}"
+        by_table = True  # the reason is still the table's own
 
         if action is Action.RERESOLVE:
+            by_table = False
             if failure.step_id is None:
                 action, reason = Action.REPLAN, f"{kind} at {where}: nothing to re-resolve"
+            elif failure.literal_args:
+                action = Action.REPLAN
+                shown = ", ".join(repr(a) for a in failure.literal_args)
+                reason = (
+                    f"{kind} at {where}{tool}: argument(s) {shown} are literals written in "
+                    "the plan; re-resolution never changes a literal, so re-planning"
+                )
             elif self.early_replan and times >= 2:
                 what = ", ".join(failure.args) or "the same argument"
                 action = Action.REPLAN
@@ -319,6 +328,7 @@ class RecoveryPolicy:
                     f"({state.reresolutions[key]}/{self.max_reresolutions_per_step})"
                 )
         elif action is Action.RETRY_STEP:
+            by_table = False
             budget = self.max_retries_per_step
             if kind is ErrorKind.EMPTY_OUTPUT:
                 budget = min(budget, _EMPTY_OUTPUT_RETRIES)
@@ -356,7 +366,7 @@ class RecoveryPolicy:
             elif state.replans >= self.max_replans:
                 action = Action.STOP
                 reason += f"; re-plan budget ({self.max_replans}) spent, stopping"
-        elif action is Action.STOP and "policy" in reason:
+        elif action is Action.STOP and by_table:
             reason = f"{kind} at {where}{tool}: stopping the run"
         return Decision(action, reason, failure)
 

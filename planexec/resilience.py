@@ -34,7 +34,7 @@ from tenacity import (
 )
 
 from planexec._log import run_log
-from planexec._models import ModelClient
+from planexec._models import ModelCall, ModelClient
 from planexec.errors import CircuitOpenError, ConfigError, ModelError, ModelTimeoutError
 from planexec.events import EventBus, FallbackUsed
 from planexec.results import Usage
@@ -472,11 +472,13 @@ class ResilientModelClient(ModelClient):
         self.retry_if = retry_if
         """Which errors are retried."""
 
-    async def _invoke(self, messages: Sequence[BaseMessage]) -> Any:
+    async def _invoke(self, messages: Sequence[BaseMessage], call: ModelCall) -> Any:
         if not self.stream:
-            return await super()._invoke(messages)
+            return await super()._invoke(messages, call)
         merged: Any = None
-        stream: AsyncIterator[Any] = self.model.astream(list(messages))
+        stream: AsyncIterator[Any] = self.model.astream(
+            list(messages), config=call.config()  # type: ignore[arg-type]
+        )
         async for chunk in stream:
             merged = chunk if merged is None else merged + chunk
         if merged is None:
@@ -484,7 +486,12 @@ class ResilientModelClient(ModelClient):
         return merged
 
     async def complete(
-        self, messages: Sequence[BaseMessage], *, purpose: str, step_id: int | None = None
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        purpose: str,
+        step_id: int | None = None,
+        keys: Sequence[str] = (),
     ) -> str:
         """Send ``messages`` and return the reply's text, retrying transient errors.
 
@@ -497,7 +504,9 @@ class ResilientModelClient(ModelClient):
         async def attempt() -> str:
             self.breaker.before_call()
             try:
-                text = await ModelClient.complete(self, messages, purpose=purpose, step_id=step_id)
+                text = await ModelClient.complete(
+                    self, messages, purpose=purpose, step_id=step_id, keys=keys
+                )
             except asyncio.CancelledError:
                 self.breaker.release()
                 raise

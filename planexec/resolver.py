@@ -14,17 +14,23 @@ Per argument, in this order (`docs/resolution.md` has examples):
    lax mode (``"42"`` → ``42``). A one-element list where a scalar is required is *not*
    unwrapped: like every value that does not fit, it goes to the fallback.
 6. **llm** — the LLM fallback, only for hinted references, paths that do not exist in
-   the output, values that do not fit the schema, and arguments named by re-resolution
-   feedback. One call per step covers every such argument; an unusable reply is retried
-   exactly once, with the problem as feedback.
+   the output, values taken from references that do not fit the schema, and the
+   arguments a re-resolution's `StepError` names. One call per step covers every such
+   argument; an unusable reply is retried exactly once, with the problem as feedback.
 7. validation of all the arguments against the tool's schema.
+
+**A literal written in the plan is never sent to the LLM**: a literal that does not fit
+its schema type fails the step with ``ARGS_INVALID`` (the arguments in
+``StepError.literal_args``), which only a new plan can fix; re-resolution re-asks only
+for the arguments its feedback names, and never for a literal.
 
 The method recorded for an argument with references nested inside it is the strongest
 one used anywhere in it, in the order literal < reference < path < interpolated <
 coerced < llm (the further the value is from the plan's text, the stronger).
 
-Failures are returned, never raised: a `ResolutionFailure` with an `ErrorKind` and a
-message naming the step, the argument and the cause.
+Failures are returned, never raised: a `ResolutionFailure` with an `ErrorKind`, the
+arguments concerned (which of them are plan literals), the upstream step where relevant,
+and a message for people naming the step, the argument and the cause.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from planexec.events import ArgResolved, EventBus, FallbackUsed
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
 from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
-from planexec.results import ResolutionMethod, StepResult, StepStatus, jsonable
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 from planexec.tools import ToolSpec
 
 __all__ = [
@@ -96,15 +102,37 @@ class ResolutionFailure:
     """``MISSING_REFERENCE``, ``UPSTREAM_FAILED``, ``RESOLUTION_FAILED``,
     ``ARGS_INVALID`` or ``ARGS_SYNTAX``."""
     message: str
-    """Names the step, the argument and the cause."""
-    arg: str | None = None
-    """The (first) argument concerned, if any."""
+    """For people: names the step, the argument and the cause."""
+    args: tuple[str, ...] = ()
+    """The arguments concerned, in the order found (schema names once bound)."""
+    literal_args: tuple[str, ...] = ()
+    """Those of ``args`` written as literals in the plan (never re-resolved)."""
+    cause: str | None = None
+    """The underlying problem in its own words (a path error, validation errors)."""
+    upstream: int | None = None
+    """For a reference to a step that did not succeed: that step."""
     llm_calls: int = 0
     """Model calls made before failing."""
     reply: str | None = None
     """The last fallback reply (cut to `REPLY_CUT` characters), if one was unusable."""
     methods: dict[str, ResolutionMethod] = field(default_factory=dict)
     """How the arguments that did resolve got their values (the others are absent)."""
+
+    @property
+    def arg(self) -> str | None:
+        """The first argument concerned, if any."""
+        return self.args[0] if self.args else None
+
+    def to_error(self, message: str | None = None) -> StepError:
+        """The `StepError` of this failure (``message`` replaces the text for people)."""
+        return StepError(
+            self.kind,
+            self.message if message is None else message,
+            args=self.args,
+            literal_args=self.literal_args,
+            cause=self.cause,
+            upstream=self.upstream,
+        )
 
 
 class _NeedsFallback(Exception):
@@ -355,6 +383,20 @@ def _resolve_value(
     return value, ResolutionMethod.LITERAL
 
 
+def _is_literal(value: Any) -> bool:
+    """Whether a plan value is a literal: no reference and no placeholder-looking text."""
+    if isinstance(value, Ref | Template):
+        return False
+    if isinstance(value, Mapping):
+        return all(
+            not (isinstance(k, str) and contains_placeholder(k)) and _is_literal(v)
+            for k, v in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return all(_is_literal(v) for v in value)
+    return not (isinstance(value, str) and contains_placeholder(value))
+
+
 def _holds(value: Any, kinds: type | tuple[type, ...]) -> bool:
     """Whether ``value`` is, or holds (in mappings, lists, tuples), an instance of ``kinds``."""
     if isinstance(value, kinds):
@@ -464,10 +506,9 @@ class ArgResolver:
         spec: ToolSpec | None,
         results: Mapping[int, StepResult],
         *,
-        feedback: str | None = None,
+        feedback: StepError | None = None,
         run_id: str = "-",
         bus: EventBus | None = None,
-        client: ModelClient | None = None,
     ) -> ResolvedArgs | ResolutionFailure:
         """Resolve ``step``'s arguments for the tool ``spec`` (None: a reasoning step).
 
@@ -477,16 +518,17 @@ class ArgResolver:
                 is validated).
             results: Every finished step (any status), by id.
             feedback: Why the previous resolution of this step was unusable (e.g. the
-                tool's validation errors). The arguments it names (all, if it names
-                none) are sent to the fallback with the feedback in the prompt.
+                tool's validation errors). The arguments it names that are not plan
+                literals (``StepError.resolvable_args``; when it names none, every
+                argument taken from a reference) are sent to the fallback, with its
+                message in the prompt. Literals are never sent.
             run_id: The run, for logs and events.
             bus: Where `ArgResolved` and `FallbackUsed` events go.
-            client: A run-bound model client; it overrides the resolver's model.
 
         Returns:
             The resolved arguments, or why they could not be resolved.
         """
-        run = _Resolution(self, step, spec, results, feedback, run_id, bus, client)
+        run = _Resolution(self, step, spec, results, feedback, run_id, bus)
         return await run.resolve()
 
 
@@ -499,10 +541,9 @@ class _Resolution:
         step: Step,
         spec: ToolSpec | None,
         results: Mapping[int, StepResult],
-        feedback: str | None,
+        feedback: StepError | None,
         run_id: str,
         bus: EventBus | None,
-        client: ModelClient | None,
     ) -> None:
         self.resolver = resolver
         self.step = step
@@ -511,8 +552,8 @@ class _Resolution:
         self.feedback = feedback
         self.run_id = run_id
         self.bus = bus
-        self.client = client
-        if self.client is None and resolver.client is not None:
+        self.client: ModelClient | None = None
+        if resolver.client is not None:
             base = resolver.client
             self.client = base.bind(usage=base.usage, bus=bus or base.bus, run_id=run_id)
         self.llm_calls = 0
@@ -527,12 +568,23 @@ class _Resolution:
         return f"step {self.step.id}{tool}"
 
     def fail(
-        self, kind: ErrorKind, message: str, arg: str | None = None, reply: str | None = None
+        self,
+        kind: ErrorKind,
+        message: str,
+        args: Sequence[str] = (),
+        *,
+        literal: Sequence[str] = (),
+        cause: str | None = None,
+        upstream: int | None = None,
+        reply: str | None = None,
     ) -> ResolutionFailure:
         return ResolutionFailure(
             kind=kind,
             message=message,
-            arg=arg,
+            args=tuple(dict.fromkeys(args)),
+            literal_args=tuple(a for a in dict.fromkeys(literal) if a in args),
+            cause=cause,
+            upstream=upstream,
             llm_calls=self.llm_calls,
             reply=reply,
             methods=dict(self.methods),
@@ -568,7 +620,8 @@ class _Resolution:
                     f"({_short(to_jsonable(value))}) has no parameter to bind to: the tool "
                     f"takes {len(names)} argument(s) ({params}) but {len(positional)} "
                     "positional values were given",
-                    arg=f"#{i + 1}",
+                    (f"#{i + 1}",),
+                    literal=(f"#{i + 1}",),  # the plan's shape is wrong: only a re-plan fixes it
                 )
             name = names[i]
             if name in args:
@@ -576,7 +629,8 @@ class _Resolution:
                     ErrorKind.ARGS_INVALID,
                     f"{self.where}: argument '{name}' is given both by position (#{i + 1}) "
                     "and by name",
-                    arg=name,
+                    (name,),
+                    literal=(name,),
                 )
             args[name] = value
         return args
@@ -592,7 +646,7 @@ class _Resolution:
                         f"{self.where}: argument '{name}' refers to step {ref.step} "
                         f"({text}), but there is no step {ref.step} in the results: it does "
                         "not exist or has not run",
-                        arg=name,
+                        (name,),
                     )
                 if upstream.status is not StepStatus.SUCCEEDED:
                     cause = upstream.error or upstream.note or "no error recorded"
@@ -601,20 +655,26 @@ class _Resolution:
                         ErrorKind.UPSTREAM_FAILED,
                         f"{self.where}: argument '{name}' refers to step {ref.step} ({text}), "
                         f"whose status is {upstream.status}: {kind}{cause}",
-                        arg=name,
+                        (name,),
+                        cause=cause,
+                        upstream=ref.step,
                     )
         return None
 
-    def forced_by_feedback(self, args: Mapping[str, Any]) -> list[str]:
-        """The arguments the re-resolution feedback names (all of them if none)."""
+    def forced(self, args: Mapping[str, Any]) -> list[str]:
+        """The arguments a re-resolution re-asks the fallback for.
+
+        Those the feedback names that are not plan literals (an argument the plan does
+        not give may be asked for); when it names none, every argument that holds a
+        reference. Never a literal: ``ArgResolver`` does not send plan literals to the
+        LLM, whatever the feedback's message says.
+        """
         assert self.feedback is not None
-        known = list(args)
-        if self.spec is not None:
-            known += [n for n in self.spec.arg_names if n not in args]
-        named = [
-            n for n in known if re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", self.feedback)
-        ]
-        return named or list(args)
+        if self.feedback.args:
+            wanted = self.feedback.resolvable_args
+        else:
+            wanted = tuple(args)
+        return [n for n in dict.fromkeys(wanted) if n not in args or not _is_literal(args[n])]
 
     async def resolve(self) -> ResolvedArgs | ResolutionFailure:
         step, spec = self.step, self.spec
@@ -634,6 +694,7 @@ class _Resolution:
         values: dict[str, Any] = {}
         methods = self.methods  # kept on failures too (`ResolutionFailure.methods`)
         needs: dict[str, _Need] = {}
+        unfit: dict[str, str] = {}  # literals that do not fit their type: name → why
         for name, value in bound.items():
             refs = tuple(r.raw or r.canonical for r in iter_refs(value))
             notes: list[str] = []
@@ -649,14 +710,14 @@ class _Resolution:
                 try:
                     changed, fitted = _coerce(adapter, resolved)
                 except ValidationError as exc:
-                    needs[name] = _Need(
-                        to_jsonable(value),
-                        refs,
-                        [
-                            f"its value {_short(resolved)} does not fit the argument's type "
-                            f"{_schema_type(spec, name) if spec else ''}: {_errors_text(exc)}"
-                        ],
+                    why = (
+                        f"its value {_short(resolved)} does not fit the argument's type "
+                        f"{_schema_type(spec, name) if spec else ''}: {_errors_text(exc)}"
                     )
+                    if method is ResolutionMethod.LITERAL:
+                        unfit[name] = why
+                    else:
+                        needs[name] = _Need(to_jsonable(value), refs, [why])
                     continue
                 if changed:
                     await self.warn(
@@ -668,8 +729,19 @@ class _Resolution:
             values[name] = resolved
             methods[name] = method
 
+        if unfit:
+            # A literal is the plan's own value: the LLM is never asked to replace it.
+            return self.fail(
+                ErrorKind.ARGS_INVALID,
+                f"{self.where}: literal value(s) written in the plan do not fit the tool's "
+                "schema: " + "; ".join(f"argument '{n}': {why}" for n, why in unfit.items()),
+                tuple(unfit),
+                literal=tuple(unfit),
+                cause="; ".join(unfit.values()),
+            )
+
         if self.feedback is not None:
-            for name in self.forced_by_feedback(bound):
+            for name in self.forced(bound):
                 value = bound.get(name, _MISSING)
                 need = needs.setdefault(
                     name,
@@ -700,7 +772,7 @@ class _Resolution:
                 return self.fail(
                     ErrorKind.RESOLUTION_FAILED,
                     f"{self.where}: argument '{name}' still holds an unresolved reference",
-                    arg=name,
+                    (name,),
                 )
         if self.bus is not None:
             for name, method in methods.items():
@@ -711,17 +783,18 @@ class _Resolution:
             try:
                 spec.validate(values)
             except ValidationError as exc:
-                return self.invalid(exc, values)
+                return self.invalid(exc, bound)
         return ResolvedArgs(args=values, methods=methods, llm_calls=self.llm_calls)
 
-    def invalid(self, exc: ValidationError, values: Mapping[str, Any]) -> ResolutionFailure:
+    def invalid(self, exc: ValidationError, bound: Mapping[str, Any]) -> ResolutionFailure:
         assert self.spec is not None
         problems = []
-        first: str | None = None
+        names: list[str] = []
         for err in exc.errors():
             loc = err["loc"]
             name = str(loc[0]) if loc else None
-            first = first or name
+            if name is not None:
+                names.append(name)
             sub = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc[1:])
             if err["type"] == "extra_forbidden":
                 why = (
@@ -734,10 +807,19 @@ class _Resolution:
                 why = f"{err['msg']} (got {_short(err.get('input'))})"
             label = f"argument '{name}{sub}'" if name else "the arguments"
             problems.append(f"{label} {why}")
+        literal = [
+            n
+            for n in names
+            if n in bound
+            and _is_literal(bound[n])
+            and self.methods.get(n) is not ResolutionMethod.LLM
+        ]
         return self.fail(
             ErrorKind.ARGS_INVALID,
             f"{self.where}: the arguments do not fit the tool's schema: " + "; ".join(problems),
-            arg=first,
+            names,
+            literal=literal,
+            cause=_errors_text(exc, limit=10),
         )
 
     # -- the LLM fallback ----------------------------------------------------------
@@ -758,7 +840,7 @@ class _Resolution:
                 ErrorKind.RESOLUTION_FAILED,
                 f"{self.where}: {label} {verb} the LLM fallback ({why}) but no model "
                 "is configured",
-                arg=first,
+                tuple(needs),
             )
         await self.warn(
             "ARG_LLM_FALLBACK",
@@ -787,7 +869,7 @@ class _Resolution:
                         ]
                     self.llm_calls += 1
                     reply = await client.complete(
-                        messages, purpose="resolve", step_id=self.step.id
+                        messages, purpose="resolve", step_id=self.step.id, keys=tuple(needs)
                     )
                     try:
                         return self.check_reply(reply, needs, values)
@@ -806,14 +888,15 @@ class _Resolution:
                 ErrorKind.RESOLUTION_FAILED,
                 f"{self.where}: the LLM fallback gave no usable value for {label} "
                 f"after {self.llm_calls} attempts: {exc}; last reply: {cut!r}",
-                arg=first,
+                tuple(needs),
+                cause=str(exc),
                 reply=cut,
             )
         except ModelError as exc:
             return self.fail(
                 ErrorKind.RESOLUTION_FAILED,
                 f"{self.where}: the LLM fallback for {label} failed: {exc}",
-                arg=first,
+                tuple(needs),
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -908,7 +991,7 @@ class _Resolution:
             refs = f"; references: {', '.join(need.refs)}" if need.refs else ""
             lines.append(f"- {name}: {written}{refs}; why: {'; '.join(need.reasons)}")
         if self.feedback:
-            lines += ["", "## Feedback on the previous attempt", self.feedback]
+            lines += ["", "## Feedback on the previous attempt", self.feedback.message]
         keys = ", ".join(json.dumps(n) for n in needs)
         lines += [
             "",

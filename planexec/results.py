@@ -18,6 +18,7 @@ __all__ = [
     "ResolutionMethod",
     "Run",
     "RunStatus",
+    "StepError",
     "StepResult",
     "StepStatus",
     "Usage",
@@ -68,8 +69,72 @@ def jsonable(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class StepError:
+    """Why a step did not succeed, as data: every decision reads these fields.
+
+    Recovery, early re-plans, output blame and re-resolution read ``kind``, ``args``,
+    ``literal_args`` and ``upstream``; ``message`` and ``cause`` are for people and are
+    never searched for names or kinds.
+    """
+
+    kind: ErrorKind
+    """What kind of failure it is."""
+    message: str
+    """For people: names the step, the argument and the cause."""
+    args: tuple[str, ...] = ()
+    """The arguments concerned (plan or schema names), in the order they were found;
+    empty when the failure is not about particular arguments (a tool that raised)."""
+    literal_args: tuple[str, ...] = ()
+    """Those of ``args`` written in the plan as literal values: re-resolution never
+    changes them (a literal is never sent to the LLM), only a new plan can."""
+    cause: str | None = None
+    """For people: the underlying error in its own words (an exception, a validation
+    error, the upstream step's message), when there is one."""
+    upstream: int | None = None
+    """For ``UPSTREAM_FAILED`` (and references to steps that did not succeed): the
+    step whose failure this one follows."""
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def resolvable_args(self) -> tuple[str, ...]:
+        """The arguments concerned that re-resolution may change (not plan literals)."""
+        return tuple(a for a in self.args if a not in self.literal_args)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the error as JSON-ready data."""
+        return {
+            "kind": str(self.kind),
+            "message": self.message,
+            "args": list(self.args),
+            "literal_args": list(self.literal_args),
+            "cause": self.cause,
+            "upstream": self.upstream,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepError:
+        """Decode `to_dict`'s data."""
+        upstream = data.get("upstream")
+        return cls(
+            kind=ErrorKind(data["kind"]),
+            message=str(data.get("message") or ""),
+            args=tuple(str(a) for a in data.get("args") or ()),
+            literal_args=tuple(str(a) for a in data.get("literal_args") or ()),
+            cause=data.get("cause"),
+            upstream=int(upstream) if upstream is not None else None,
+        )
+
+
+@dataclass(frozen=True)
 class StepResult:
-    """The outcome of one step. Every problem is in ``error`` with an ``error_kind``."""
+    """The outcome of one step. Every problem is in ``failure`` (a `StepError`).
+
+    ``error`` and ``error_kind`` are the failure's message and kind, kept as fields for
+    reading and for building results (``StepResult(..., error=m, error_kind=k)`` gets
+    ``failure=StepError(k, m)``). Given both, they must agree with ``failure``.
+    """
 
     step_id: int
     """The step's number."""
@@ -101,6 +166,29 @@ class StepResult:
     """The server or agent the step named, if any."""
     note: str | None = None
     """A remark that is not an error (why a step was skipped, a warning kept)."""
+    failure: StepError | None = None
+    """Why the step did not succeed, as data; None on success (and for a skipped step)."""
+
+    def __post_init__(self) -> None:
+        failure = self.failure
+        if failure is None:
+            if self.error_kind is not None:
+                object.__setattr__(
+                    self, "failure", StepError(self.error_kind, self.error or "")
+                )
+            return
+        if self.error is not None and self.error != failure.message:
+            raise ValueError(
+                f"step {self.step_id}: error {self.error!r} disagrees with the failure's "
+                f"message {failure.message!r}"
+            )
+        if self.error_kind is not None and self.error_kind is not failure.kind:
+            raise ValueError(
+                f"step {self.step_id}: error_kind {self.error_kind} disagrees with the "
+                f"failure's kind {failure.kind}"
+            )
+        object.__setattr__(self, "error", failure.message)
+        object.__setattr__(self, "error_kind", failure.kind)
 
     @property
     def ok(self) -> bool:
@@ -125,6 +213,7 @@ class StepResult:
             "started_at": self.started_at,
             "duration": self.duration,
             "note": self.note,
+            "failure": self.failure.to_dict() if self.failure else None,
         }
 
 

@@ -2,7 +2,11 @@
 
 - `ScriptedChatModel`: a langchain-core chat model that replies from a script (strings,
   exceptions to raise, or functions of the request) and records every request.
-- `FunctionChatModel`: a chat model whose reply is computed by a function.
+- `FunctionChatModel`: a chat model whose reply is computed by a function of the messages.
+- `FunctionModel`: the fake at planexec's own seam (like pydantic-ai's ``FunctionModel``):
+  its function receives a `ModelCall` — the call's purpose (``plan``, ``resolve``,
+  ``reason``, ``answer``, ``evaluate``), the step, the keys a resolution must fill — so a
+  test answers by what the call is for, never by reading prompt text.
 - `fake_tool`: a langchain-core tool with a canned output, error or latency, that
   records its calls.
 """
@@ -25,8 +29,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 
+from planexec._models import ModelCall
+
 __all__ = [
     "FunctionChatModel",
+    "FunctionModel",
+    "ModelCall",
     "ScriptExhaustedError",
     "ScriptedChatModel",
     "ToolCallLog",
@@ -168,6 +176,73 @@ class FunctionChatModel(ScriptedChatModel):
     def _next(self, messages: list[BaseMessage]) -> str:
         self._requests.append(list(messages))
         return str(self.function(list(messages)))
+
+
+class FunctionModel(ScriptedChatModel):
+    r"""A chat model whose reply is ``function(call, messages)``; ``call`` says what for.
+
+    ``call`` is the `ModelCall` planexec sent with the request (purpose, step, keys to
+    fill, run). A request that planexec did not make (a direct ``invoke``) gets a call
+    of purpose ``"direct"``. The function may return text, raise (the model fails), or
+    be a coroutine function (awaited: ``await asyncio.Event().wait()`` makes a model
+    that hangs). Every call is recorded in `calls_made`.
+
+    Example:
+        >>> import json
+        >>> def reply(call: ModelCall, messages: list) -> str:
+        ...     if call.purpose == "resolve":
+        ...         return json.dumps({key: "CH-6" for key in call.keys})
+        ...     return "#Task1: list sites\n#Tool1: sites\n#Args1: {}"
+        >>> model = FunctionModel(function=reply)
+    """
+
+    function: Callable[..., Any] = Field(default=lambda call, messages: "")
+    """Computes the reply from the `ModelCall` and the messages (sync or async)."""
+    _calls: list[ModelCall] = PrivateAttr(default_factory=list)
+
+    @property
+    def calls_made(self) -> list[ModelCall]:
+        """Every call received, in order."""
+        return self._calls
+
+    def purposes(self) -> list[str]:
+        """The purpose of every call received, in order."""
+        return [c.purpose for c in self._calls]
+
+    def _call_of(self, run_manager: Any) -> ModelCall:
+        metadata = getattr(run_manager, "metadata", None)
+        return ModelCall.from_metadata(metadata) or ModelCall("direct")
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        call = self._call_of(run_manager)
+        self._calls.append(call)
+        self._requests.append(list(messages))
+        out = self.function(call, list(messages))
+        if asyncio.iscoroutine(out):
+            out.close()
+            raise TypeError("FunctionModel: an async function needs an async call (ainvoke)")
+        return self._result(str(out))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        call = self._call_of(run_manager)
+        self._calls.append(call)
+        self._requests.append(list(messages))
+        out = self.function(call, list(messages))
+        if asyncio.iscoroutine(out):
+            out = await out
+        return self._result(str(out))
 
 
 @dataclass

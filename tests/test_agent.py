@@ -23,7 +23,7 @@ from planexec.events import (
 )
 from planexec.resilience import BreakerRegistry
 from planexec.results import RunStatus, StepStatus
-from planexec.testing import FunctionChatModel, fake_tool, messages_text
+from planexec.testing import FunctionModel, ModelCall, fake_tool, messages_text
 
 READ = {"read_only": True}
 
@@ -41,20 +41,8 @@ class Script:
         self.prompts: dict[str, list[str]] = {"plan": [], "resolve": [], "reason": [],
                                                "answer": [], "evaluate": []}
 
-    def purpose(self, messages: list[BaseMessage]) -> str:
-        system = str(messages[0].content)
-        if system.startswith("You are the planner"):
-            return "plan"
-        if system.startswith("You fill in arguments"):
-            return "resolve"
-        if system.startswith("You carry out one reasoning step"):
-            return "reason"
-        if system.startswith("You evaluate"):
-            return "evaluate"
-        return "answer"
-
-    def __call__(self, messages: list[BaseMessage]) -> str:
-        purpose = self.purpose(messages)
+    def __call__(self, call: ModelCall, messages: list[BaseMessage]) -> str:
+        purpose = call.purpose
         self.prompts[purpose].append(messages_text(messages))
         if purpose == "answer":
             return self.answer
@@ -66,8 +54,8 @@ class Script:
             raise reply
         return str(reply)
 
-    def model(self) -> FunctionChatModel:
-        return FunctionChatModel(function=self)
+    def model(self) -> FunctionModel:
+        return FunctionModel(function=self)
 
 
 def plan_text(*steps: tuple[int, str, str, str]) -> str:
@@ -787,7 +775,7 @@ async def test_circuit_open_replans_naming_the_open_tools_or_stops_when_all_are_
 
 async def test_tokens_are_counted_by_purpose() -> None:
     script = Script([plan_text(SITES)])
-    model = FunctionChatModel(function=script, usage={"input_tokens": 20, "output_tokens": 10})
+    model = FunctionModel(function=script, usage={"input_tokens": 20, "output_tokens": 10})
     run = await PlanExecuteAgent(model, list(tools().values()), config=config()).run("q")
     assert run.usage.tokens == {"input": 40, "output": 20, "total": 60}
     assert run.usage.tokens_by_purpose == {

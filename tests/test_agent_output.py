@@ -13,27 +13,21 @@ from planexec.errors import ConfigError, ErrorKind
 from planexec.events import Event, RecoveryDecided, StepFinished
 from planexec.output import OUTPUT_TOOL
 from planexec.results import ResolutionMethod, RunStatus, StepStatus
-from planexec.testing import FunctionChatModel, fake_tool, messages_text
+from planexec.testing import FunctionModel, ModelCall, fake_tool, messages_text
 
 READ = {"read_only": True}
 QUESTION = "Which chiller at the first site needs attention?"
 
 
 class Script:
-    """Replies by purpose (recognised from the system prompt); records every prompt."""
+    """Replies by each call's purpose (`ModelCall`); records every prompt."""
 
     def __init__(self, plans: Sequence[str], resolve: Sequence[str] = ()) -> None:
         self.queues: dict[str, list[str]] = {"plan": list(plans), "resolve": list(resolve)}
         self.prompts: dict[str, list[str]] = {"plan": [], "resolve": [], "answer": []}
 
-    def __call__(self, messages: list[BaseMessage]) -> str:
-        system = str(messages[0].content)
-        if system.startswith("You are the planner"):
-            purpose = "plan"
-        elif system.startswith("You fill in arguments"):
-            purpose = "resolve"
-        else:
-            purpose = "answer"
+    def __call__(self, call: ModelCall, messages: list[BaseMessage]) -> str:
+        purpose = call.purpose
         self.prompts[purpose].append(messages_text(messages))
         if purpose == "answer":
             return "Chiller 6 at MAIN needs attention."
@@ -120,7 +114,7 @@ async def run_agent(
 ) -> tuple[Any, list[Event]]:
     events: list[Event] = []
     agent = PlanExecuteAgent(
-        FunctionChatModel(function=script),
+        FunctionModel(function=script),
         list(toolset.values()),
         config=cfg or config(),
         output_type=agent_type,
@@ -230,9 +224,13 @@ async def test_a_given_plan_with_the_final_mapping_runs_without_a_model() -> Non
 # ------------------------------------------------------------------ OUTPUT_INVALID
 
 
+# the unit taken from a reference is invalid (an asset id is no unit)
+BAD_UNIT = plan(SITES, ASSETS, PICK, final(unit='"<step_3.asset.id>"'))
+
+
 async def test_an_invalid_output_reresolves_the_mapping_only_with_the_validation_errors() -> None:
     t = tools()
-    bad_unit = plan(SITES, ASSETS, PICK, final(unit='"kelvin"'))
+    bad_unit = BAD_UNIT
     script = Script([bad_unit], resolve=['{"unit": "C"}'])
     run, events = await run_agent(script, t, output_type=Attention)
     assert decisions(events) == [("OUTPUT_INVALID", "RERESOLVE")]
@@ -246,9 +244,20 @@ async def test_an_invalid_output_reresolves_the_mapping_only_with_the_validation
     assert len(script.prompts["plan"]) == 1
 
 
+async def test_an_invalid_literal_in_the_mapping_replans_without_asking_the_llm() -> None:
+    t = tools()
+    fixed = step(5, OUTPUT_TOOL, '{"site": "<step_1[0]>", "asset_id": "<step_3.asset.id>"}',
+                 "#S1, #S3")
+    script = Script([plan(SITES, ASSETS, PICK, final(unit='"kelvin"')), fixed])
+    run, events = await run_agent(script, t, output_type=Attention)
+    assert decisions(events) == [("OUTPUT_INVALID", "REPLAN")]
+    assert script.prompts["resolve"] == []  # "kelvin" is the plan's: never the model's to change
+    assert run.status is RunStatus.SUCCEEDED and run.output.unit == "C"
+
+
 async def test_an_output_that_stays_invalid_replans_keeping_the_succeeded_steps() -> None:
     t = tools()
-    bad_unit = plan(SITES, ASSETS, PICK, final(unit='"kelvin"'))
+    bad_unit = BAD_UNIT
     fixed = step(5, OUTPUT_TOOL, '{"site": "<step_1[0]>", "asset_id": "<step_3.asset.id>"}',
                  "#S1, #S3")
     # the fallback's own retry gets an unusable value twice: same field again → re-plan

@@ -165,7 +165,9 @@ async def test_a_value_failing_a_field_validator_is_output_invalid_naming_the_fi
     assert outcome.result.error_kind is ErrorKind.OUTPUT_INVALID
     assert "does not validate into AssetReport" in (outcome.message or "")
     assert "unit must be C or F" in (outcome.message or "")
-    assert "'unit'" in output_feedback(outcome)
+    assert output_feedback(outcome).args == ("unit",)
+    assert outcome.result.failure is not None
+    assert outcome.result.failure.literal_args == ("unit",)  # "kelvin" is the plan's literal
 
 
 async def test_a_value_of_the_wrong_type_without_a_model_is_output_invalid() -> None:
@@ -176,17 +178,26 @@ async def test_a_value_of_the_wrong_type_without_a_model_is_output_invalid() -> 
     assert outcome.fields == ("count",)
 
 
-async def test_the_feedback_sends_the_named_field_to_the_llm_fallback() -> None:
+async def test_the_feedback_never_sends_a_literal_field_to_the_llm_fallback() -> None:
     final = step(5, OUTPUT_TOOL, '{"asset_id": "<step_4.asset.id>", "site": "MAIN", '
                  '"count": 2, "unit": "kelvin"}', "#S4")
     plan = plan_of(SITES, ASSETS, PICK, final)
     first = await resolve(plan)
     model = ScriptedChatModel(replies=['{"unit": "C"}'])
     again = await resolve(plan, model=model, feedback=output_feedback(first))
-    assert again.ok and again.value is not None and again.value.unit == "C"
-    assert again.result.resolution["unit"] is ResolutionMethod.LLM
-    assert again.result.resolution["asset_id"] is ResolutionMethod.PATH
-    assert "unit must be C or F" in str(model.requests[0][-1].content)
+    assert again.kind is ErrorKind.OUTPUT_INVALID and model.calls == 0
+
+
+async def test_the_feedback_sends_the_named_field_from_a_reference_to_the_llm_fallback() -> None:
+    plan = plan_of(SITES, ASSETS, PICK, FINAL)
+    first = await resolve(plan, expected={"asset_id": "XX-1"})
+    assert output_feedback(first).args == ("asset_id",)
+    model = ScriptedChatModel(replies=['{"asset_id": "CH-5"}'])
+    again = await resolve(plan, model=model, feedback=output_feedback(first))
+    assert again.ok and again.value is not None and again.value.asset_id == "CH-5"
+    assert again.result.resolution["asset_id"] is ResolutionMethod.LLM
+    assert again.result.resolution["site"] is not ResolutionMethod.LLM
+    assert 'exactly these keys: "asset_id"' in str(model.requests[0][-1].content)
 
 
 async def test_a_reference_to_a_missing_step_keeps_its_own_kind() -> None:
@@ -220,7 +231,7 @@ async def test_an_unexpected_field_is_blamed_through_two_levels_of_references() 
 async def test_models_are_never_told_the_expected_value_but_people_are() -> None:
     outcome = await resolve(plan_of(SITES, ASSETS, PICK, FINAL), expected={"asset_id": "XX-1"})
     assert "XX-1" not in (outcome.message or "")
-    assert "XX-1" not in output_feedback(outcome)
+    assert "XX-1" not in output_feedback(outcome).message
     assert '"CH-6" is wrong' in (outcome.message or "")
     assert 'expected "XX-1"' in outcome.describe()
     assert "blamed on step 2 (assets)" in outcome.describe()

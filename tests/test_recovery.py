@@ -13,12 +13,18 @@ from planexec.recovery import (
     RecoveryState,
     combine_decisions,
 )
-from planexec.results import StepResult, StepStatus
+from planexec.results import StepError, StepResult, StepStatus
 
 
 def fail(kind: ErrorKind, step: int = 2, *, tool: str = "history", safe: bool = True,
          message: str | None = None, version: int = 1, cause: Failure | None = None) -> Failure:
     return Failure(kind, message or f"step {step}: {kind}", step, tool, (), safe, version, cause)
+
+
+def invalid(message: str, *args: str, tool: str = "history") -> StepResult:
+    """A failed step result whose `StepError` names ``args``."""
+    return StepResult(2, tool, StepStatus.FAILED,
+                      failure=StepError(ErrorKind.ARGS_INVALID, message, args=args))
 
 
 EXPECTED = {
@@ -127,12 +133,10 @@ def test_the_reresolution_budget_escalates_to_replan() -> None:
 def test_the_same_argument_failing_the_same_way_twice_replans_early() -> None:
     policy = RecoveryPolicy(max_reresolutions_per_step=5)
     state = RecoveryState()
-    r1 = StepResult(2, "history", StepStatus.FAILED, error_kind=ErrorKind.ARGS_INVALID,
-                    error="step 2 (history): argument 'start' Input should be a valid date "
-                    "(got 'yesterday')")
-    r2 = StepResult(2, "history", StepStatus.FAILED, error_kind=ErrorKind.ARGS_INVALID,
-                    error="step 2 (history): argument 'start' Input should be a valid date "
-                    "(got 'last week')")
+    r1 = invalid("step 2 (history): argument 'start' Input should be a valid date "
+                 "(got 'yesterday')", "start")
+    r2 = invalid("step 2 (history): argument 'start' Input should be a valid date "
+                 "(got 'last week')", "start")
     first = policy.decide(Failure.from_result(r1), state)
     second = policy.decide(Failure.from_result(r2), state)
     assert first.action is Action.RERESOLVE
@@ -144,8 +148,7 @@ def test_the_same_argument_failing_the_same_way_twice_replans_early() -> None:
 def test_the_early_replan_counts_per_plan_so_a_new_plan_reresolves_first() -> None:
     policy = RecoveryPolicy(max_reresolutions_per_step=5)
     state = RecoveryState()
-    r = StepResult(2, "history", StepStatus.FAILED, error_kind=ErrorKind.ARGS_INVALID,
-                   error="step 2 (history): argument 'start' Input should be a valid date")
+    r = invalid("step 2 (history): argument 'start' Input should be a valid date", "start")
     actions = [policy.decide(Failure.from_result(r, plan_version=v), state).action
                for v in (1, 1, 2, 2)]
     assert actions == [Action.RERESOLVE, Action.REPLAN, Action.RERESOLVE, Action.REPLAN]
@@ -162,13 +165,35 @@ def test_without_replanning_the_stop_says_why() -> None:
 def test_a_different_argument_does_not_trigger_the_early_replan() -> None:
     policy = RecoveryPolicy()
     state = RecoveryState()
-    a = Failure.from_result(StepResult(2, "h", StepStatus.FAILED, error="argument 'a' bad",
-                                       error_kind=ErrorKind.ARGS_INVALID))
-    b = Failure.from_result(StepResult(2, "h", StepStatus.FAILED, error="argument 'b' bad",
-                                       error_kind=ErrorKind.ARGS_INVALID))
+    a = Failure.from_result(invalid("argument 'a' bad", "a", tool="h"))
+    b = Failure.from_result(invalid("argument 'b' bad", "b", tool="h"))
     assert a.args == ("a",) and b.args == ("b",)
     assert policy.decide(a, state).action is Action.RERESOLVE
     assert policy.decide(b, state).action is Action.RERESOLVE
+
+
+def test_the_arguments_of_a_failure_come_from_its_step_error_never_from_its_message() -> None:
+    message = "argument 'a' bad; arguments 'b', 'c' and `d` are fine; schema {'type': 'x'}"
+    failure = Failure.from_result(
+        StepResult(2, "h", StepStatus.FAILED, error=message, error_kind=ErrorKind.ARGS_INVALID)
+    )
+    assert failure.args == ()
+    assert Failure.from_result(invalid(message, "b", tool="h")).args == ("b",)
+
+
+def test_a_failing_literal_from_the_plan_replans_at_once_instead_of_reresolving() -> None:
+    result = StepResult(2, "h", StepStatus.FAILED, failure=StepError(
+        ErrorKind.ARGS_INVALID, "step 2: bad", args=("site", "limit"), literal_args=("limit",)))
+    decision = RecoveryPolicy().decide(Failure.from_result(result), RecoveryState())
+    assert decision.action is Action.REPLAN
+    assert "'limit'" in decision.reason
+
+
+def test_a_failure_of_arguments_taken_from_references_is_reresolved() -> None:
+    result = StepResult(2, "h", StepStatus.FAILED, failure=StepError(
+        ErrorKind.RESOLUTION_FAILED, "step 2: bad", args=("site",)))
+    decision = RecoveryPolicy().decide(Failure.from_result(result), RecoveryState())
+    assert decision.action is Action.RERESOLVE
 
 
 def test_the_replan_budget_turns_replan_into_stop() -> None:

@@ -19,7 +19,7 @@ from planexec.resolver import (
     ResolvedArgs,
     follow_path,
 )
-from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, Usage
 from planexec.testing import ScriptedChatModel, fake_tool, messages_text
 from planexec.tools import ToolCatalog, ToolSpec
 
@@ -469,14 +469,12 @@ async def test_a_fallback_value_is_coerced_to_the_schema_type() -> None:
     assert out.args == {"count": 7} and out.methods == {"count": M.LLM}
 
 
-async def test_a_run_bound_client_overrides_the_model_and_counts_usage() -> None:
-    unused = ScriptedChatModel(replies=[])
+async def test_the_fallback_counts_its_calls_where_its_run_bound_client_counts() -> None:
     usage = Usage()
     client = ModelClient(ScriptedChatModel(replies=['{"asset_id": "CH-6"}']), usage=usage)
-    out = resolved(await resolve(step({"asset_id": HINTED}), spec_of(asset_id=str), unused,
-                                 client=client))
+    out = resolved(await resolve(step({"asset_id": HINTED}), spec_of(asset_id=str), client))
     assert out.args == {"asset_id": "CH-6"}
-    assert unused.calls == 0 and usage.llm_calls == {"resolve": 1}
+    assert usage.llm_calls == {"resolve": 1}
 
 
 async def test_a_hinted_reference_in_a_reasoning_step_uses_the_fallback_without_a_schema() -> None:
@@ -518,26 +516,48 @@ async def test_an_unknown_argument_is_args_invalid_not_dropped() -> None:
 async def test_feedback_forces_the_fallback_for_the_arguments_it_names() -> None:
     model = ScriptedChatModel(replies=['{"start": "2024-01-01"}'])
     s = step({"site": "MAIN", "start": Ref(4, ("n",))})
-    feedback = "argument 'start': the tool wants an ISO date, got 42"
+    message = "argument 'start': the tool wants an ISO date, got 42 (argument 'site' is fine)"
+    feedback = StepError(ErrorKind.ARGS_INVALID, message, args=("start",))
     out = resolved(await resolve(s, spec_of(site=str, start=str), model, feedback=feedback))
     assert out.args == {"site": "MAIN", "start": "2024-01-01"}
     assert out.methods == {"site": M.LITERAL, "start": M.LLM}
     text = prompt_of(model)
-    assert "## Feedback on the previous attempt" in text and feedback in text
+    assert "## Feedback on the previous attempt" in text and message in text
     assert 'exactly these keys: "start"' in text
 
 
-async def test_feedback_naming_no_argument_sends_every_argument_to_the_fallback() -> None:
-    model = ScriptedChatModel(replies=['{"site": "SOUTH", "n": 1}'])
-    out = resolved(await resolve(step({"site": "MAIN", "n": 2}), spec_of(site=str, n=int), model,
-                                 feedback="the tool said: nothing found"))
-    assert out.methods == {"site": M.LLM, "n": M.LLM}
+async def test_feedback_naming_no_argument_resends_only_the_arguments_from_references() -> None:
+    model = ScriptedChatModel(replies=['{"n": 1}'])
+    feedback = StepError(ErrorKind.TOOL_ERROR, "the tool said: nothing found for site, n")
+    out = resolved(await resolve(step({"site": "MAIN", "n": Ref(4, ("n",))}),
+                                 spec_of(site=str, n=int), model, feedback=feedback))
+    assert out.methods == {"site": M.LITERAL, "n": M.LLM}
+    assert out.args == {"site": "MAIN", "n": 1}
+
+
+async def test_feedback_naming_a_literal_never_sends_it_to_the_fallback() -> None:
+    model = ScriptedChatModel(replies=[])
+    feedback = StepError(ErrorKind.ARGS_INVALID, "argument 'site' bad", args=("site",),
+                         literal_args=("site",))
+    out = resolved(await resolve(step({"site": "MAIN"}), spec_of(site=str), model,
+                                 feedback=feedback))
+    assert out.methods == {"site": M.LITERAL} and model.calls == 0
+
+
+async def test_a_literal_that_does_not_fit_its_type_fails_without_asking_the_llm() -> None:
+    model = ScriptedChatModel(replies=[])
+    out = failed(await resolve(step({"site": "MAIN", "n": "many"}), spec_of(site=str, n=int),
+                               model), ErrorKind.ARGS_INVALID)
+    assert out.args == ("n",) and out.literal_args == ("n",)
+    assert model.calls == 0
 
 
 async def test_feedback_can_fill_a_missing_required_argument() -> None:
     model = ScriptedChatModel(replies=['{"start": "2024-01-01"}'])
+    feedback = StepError(ErrorKind.ARGS_INVALID, "argument 'start' is required but was not "
+                         "given", args=("start",))
     out = resolved(await resolve(step({"site": "MAIN"}), spec_of(site=str, start=str), model,
-                                 feedback="argument 'start' is required but was not given"))
+                                 feedback=feedback))
     assert out.args == {"site": "MAIN", "start": "2024-01-01"}
     assert "start: not given in the plan" in prompt_of(model)
 

@@ -39,7 +39,7 @@ from planexec.events import (
 )
 from planexec.models import load_model
 from planexec.results import Run, RunStatus
-from planexec.store.recording import TOOL_SOURCE_KEY, StampedStore, tool_source
+from planexec.runs import TOOL_SOURCE_KEY, StampedStore, tool_source
 
 __all__ = ["Progress", "ask_command", "register"]
 

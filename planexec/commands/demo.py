@@ -22,6 +22,7 @@ from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
 from planexec.commands.ask import Progress
 from planexec.commands.runs import add_store_arguments, store_from_args
+from planexec.config import load_config
 from planexec.examples import example_path
 from planexec.examples.questions import (
     DEMO_QUESTIONS,
@@ -61,6 +62,11 @@ def register(subparsers: Any) -> None:
         metavar="SPEC",
         default=None,
         help=f"a real model, provider:model (default: ${MODEL_ENV_VAR}, else recorded replies)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="agent settings (.toml or .yaml), e.g. model.timeout for a real model",
     )
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress display")
@@ -110,6 +116,7 @@ def demo_command(args: argparse.Namespace) -> int:
         print(f"planexec demo: --question must be between 1 and {len(ALL_QUESTIONS)}")
         return 2
     chosen = [ALL_QUESTIONS[args.question - 1]] if args.question is not None else ALL_QUESTIONS
+    config = load_config(args.config) if args.config else None
     console = Console(stderr=args.json, highlight=False)
     store = store_from_args(args)
     runs: list[Run] = []
@@ -118,7 +125,9 @@ def demo_command(args: argparse.Namespace) -> int:
         console.rule(f"[bold]{escape(question['question'])}")
         console.print(f"model: {source}", markup=False)
         handlers = [] if args.quiet else [Progress(console)]
-        agent = PlanExecuteAgent(model, demo_tools(), store=store, event_handlers=handlers)
+        agent = PlanExecuteAgent(
+            model, demo_tools(), config=config, store=store, event_handlers=handlers
+        )
         output_spec = question.get("output_type")
         output_type = load_object(str(output_spec)) if output_spec else None
         if output_type is not None:

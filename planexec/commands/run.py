@@ -10,6 +10,13 @@ result and the events, so ``planexec runs show RUN_ID`` shows it and ``planexec 
 resume RUN_ID`` continues it if it was interrupted. The plan runs exactly as without a
 store (the executor alone: no recovery, no answer); the store only observes it.
 
+The executor is assembled by `planexec.runtime.Runtime` from ``--config FILE`` (TOML or
+YAML, an `AgentConfig`), as the library's is: the model's timeout, retries and circuit
+breaker (``model.*``), the run limits (``limits.*``: a step over them fails with
+``LIMIT_EXCEEDED``) and the executor settings (``executor.*``). ``--max-concurrency``
+and ``--timeout`` override ``executor.max_concurrency`` and ``executor.step_timeout``
+when given. The whole configuration is recorded with the run.
+
 ``--json`` prints ``{"run_id", "steps": [StepResult.to_dict() ...], "usage",
 "diagnostics"}``: each step with its ``raw_output`` and its ``resolution`` (on a failed
 step, the methods of the arguments that did resolve); ``usage.llm_calls`` names every
@@ -32,27 +39,26 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planexec._models import ModelClient
 from planexec.commands._display import STEP_STYLES
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
+from planexec.config import AgentConfig, load_config
 from planexec.errors import ConfigError, PlanParseError
 from planexec.events import EventBus
-from planexec.executor import Executor, ExecutorConfig, ModelReasoner
 from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
-from planexec.resolver import ArgResolver
 from planexec.results import StepResult, Usage
-from planexec.store.recording import (
+from planexec.runs import (
     TOOL_SOURCE_KEY,
     execute_recorded,
     first_failure,
     tool_source,
 )
+from planexec.runtime import Runtime
 from planexec.tools import ToolCatalog
 
-__all__ = ["register", "run_command"]
+__all__ = ["register", "run_command", "run_config"]
 
 
 def register(subparsers: Any) -> None:
@@ -75,8 +81,26 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--dialect", default="auto", choices=("auto", *DIALECTS), help="plan dialect")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--max-concurrency", type=int, default=8, metavar="N", help="steps run at once")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-step timeout")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="agent settings (.toml or .yaml): model timeout, retries and breaker, limits, "
+        "executor settings",
+    )
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="steps run at once (overrides executor.max_concurrency; default 8)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="per-step timeout in seconds (overrides executor.step_timeout)",
+    )
     add_store_arguments(p)
     p.set_defaults(func=run_command)
 
@@ -105,6 +129,28 @@ def _exit_code(results: list[StepResult]) -> int:
     return 1 if first_failure(results) is not None else 0
 
 
+def run_config(args: argparse.Namespace) -> AgentConfig:
+    """The settings of ``planexec run``.
+
+    ``--config FILE`` (or the defaults), then ``--max-concurrency`` and ``--timeout``
+    over ``executor.max_concurrency`` and ``executor.step_timeout``, when they are given.
+
+    Raises:
+        ConfigError: the file cannot be read, or a value is invalid.
+    """
+    config = load_config(args.config) if getattr(args, "config", None) else AgentConfig()
+    overrides: dict[str, Any] = {}
+    if args.max_concurrency is not None:
+        overrides["max_concurrency"] = args.max_concurrency
+    if args.timeout is not None:
+        overrides["step_timeout"] = args.timeout
+    if not overrides:
+        return config
+    data = config.model_dump()
+    data["executor"].update(overrides)
+    return AgentConfig.from_dict(data, source="command line")
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Handle ``planexec run``; returns the exit code."""
     text = _read_plan(args.plan)
@@ -119,7 +165,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not parsed.steps:
         print("planexec: the plan has no steps", file=sys.stderr)
         return 2
-    config = ExecutorConfig(max_concurrency=args.max_concurrency, step_timeout=args.timeout)
+    config = run_config(args)
     model = load_model(args.model) if args.model else None
     usage = Usage()
     bus = EventBus()
@@ -129,7 +175,7 @@ def run_command(args: argparse.Namespace) -> int:
         store.attach(bus)
     # recorded so that `planexec runs resume` runs it again with the same settings and tools
     recorded = {
-        "executor": {"max_concurrency": args.max_concurrency, "step_timeout": args.timeout},
+        **config.model_dump(mode="json"),
         TOOL_SOURCE_KEY: tool_source(args.tools, args.mcp_config),
     }
 
@@ -137,15 +183,9 @@ def run_command(args: argparse.Namespace) -> int:
         async with open_tools(args) as tools:
             catalog = ToolCatalog(tools)
             plan = check_plan(parsed, catalog)
-            executor = Executor(
-                catalog,
-                ArgResolver(model),
-                config=config,
-                reasoner=ModelReasoner(ModelClient(model)) if model is not None else None,
-                bus=bus,
-                usage=usage,
-                run_id=run_id,
-            )
+            # the same client (timeout, retries, breaker), limits and runner as the library
+            runtime = Runtime(model, catalog, config)
+            executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus).executor
             started = time.perf_counter()
             try:
                 results = await execute_recorded(

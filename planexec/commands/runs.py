@@ -6,7 +6,7 @@
   resolution methods, attempts, errors, timings) and calls left without a result.
 - ``planexec runs resume RUN_ID [--rerun-unsafe] [--force] [--tools MODULE:ATTR]
   [--mcp-config FILE] [--model SPEC]``: continue an interrupted run (see
-  `planexec.store.resume`) with the tools it recorded, unless told otherwise.
+  `planexec.runs`) with the tools it recorded, unless told otherwise.
 - ``planexec runs export RUN_ID``: everything recorded, as one JSON document.
 - ``planexec runs timeline RUN_ID --out FILE.html|FILE.png``: one bar per step on a
   time axis, coloured by status.
@@ -34,14 +34,14 @@ from planexec._text import snippet
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.errors import ConfigError, MissingExtraError, RunError, require_extra
 from planexec.results import RunStatus, StepStatus
-from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
-from planexec.store.base import RunRecord
-from planexec.store.recording import (
+from planexec.runs import (
     TOOL_SOURCE_KEY,
     StampedStore,
     recorded_tool_source,
     tool_source,
 )
+from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
+from planexec.store.base import RunRecord
 
 __all__ = [
     "TimelineBar",
@@ -433,7 +433,7 @@ async def _resume(
     args: argparse.Namespace, store: RunStore, source: dict[str, str]
 ) -> tuple[int, Any]:
     """Decide, print, and (unless ``--dry-run``) resume; returns (exit code, run or None)."""
-    from planexec.store.resume import catalog_is_safe, plan_resume, resume_run
+    from planexec.runs import catalog_is_safe, plan_resume, resume_run
     from planexec.tools import ToolCatalog
 
     async with open_tools(args) as tools:

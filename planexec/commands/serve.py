@@ -32,6 +32,12 @@ def register(subparsers: Any) -> None:
         "--mcp-config", metavar="FILE", help="MCP servers whose tools plans may call (JSON)"
     )
     p.add_argument("--model", metavar="SPEC", help="chat model for ask and the resolver fallback")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="agent settings (.toml or .yaml) for execute_plan and ask: model timeout, "
+        "retries and breaker, limits, executor settings",
+    )
     p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
@@ -70,8 +76,8 @@ def handle(args: argparse.Namespace) -> int:
     from planexec._log import logger
     from planexec.mcp.client import MCPToolset
     from planexec.mcp.server import build_server, serve
+    from planexec.runs import tool_source
     from planexec.store import open_store
-    from planexec.store.recording import tool_source
     from planexec.tools import load_tools
 
     if not args.tools and not args.mcp_config:
@@ -85,6 +91,11 @@ def handle(args: argparse.Namespace) -> int:
         logger.bind(run_id="-", step_id=None).warning(
             "--token only applies to --http; stdio needs none"
         )
+    config = None
+    if args.config:
+        from planexec.config import load_config
+
+        config = load_config(args.config)  # read before serving: a bad file fails at once
     tools = load_tools(args.tools) if args.tools else []
     toolset = MCPToolset(args.mcp_config) if args.mcp_config else None
     model = None
@@ -104,6 +115,7 @@ def handle(args: argparse.Namespace) -> int:
             expose_tools=args.expose_tools,
             tool_source=source,
             all_runs=args.all_runs,
+            config=config,
         )
 
     def ready(endpoint: str) -> None:

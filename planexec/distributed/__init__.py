@@ -10,14 +10,43 @@
 
 Importing this package does not import Ray; Ray is imported (or reported missing with
 the pip command) when a runner first needs it. See ``docs/scaling.md``.
+
+The names are imported on first use (PEP 562), so importing one submodule does not load
+the others: the tool runner (`planexec.distributed.runner`, a lower layer used by the
+runtime) never pulls in the run drivers (`planexec.distributed.runs`, which use the agent).
 """
 
 from __future__ import annotations
 
-from planexec.distributed._ray import ensure_ray, import_ray
-from planexec.distributed.runner import RayToolRunner, WorkerLostError, tool_options
-from planexec.distributed.runs import RunOutcome, arun_many, run_jobs, run_many
-from planexec.distributed.settings import RayOptions, RaySettings
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planexec.distributed._ray import ensure_ray, import_ray
+    from planexec.distributed.runner import (
+        RayToolRunner,
+        WorkerLostError,
+        runner_for,
+        tool_options,
+    )
+    from planexec.distributed.runs import RunOutcome, arun_many, run_jobs, run_many
+    from planexec.distributed.settings import RayOptions, RaySettings
+
+_LAZY: dict[str, str] = {
+    "RayOptions": "planexec.distributed.settings",
+    "RaySettings": "planexec.distributed.settings",
+    "RayToolRunner": "planexec.distributed.runner",
+    "RunOutcome": "planexec.distributed.runs",
+    "WorkerLostError": "planexec.distributed.runner",
+    "arun_many": "planexec.distributed.runs",
+    "ensure_ray": "planexec.distributed._ray",
+    "import_ray": "planexec.distributed._ray",
+    "run_jobs": "planexec.distributed.runs",
+    "run_many": "planexec.distributed.runs",
+    "runner_for": "planexec.distributed.runner",
+    "tool_options": "planexec.distributed.runner",
+}
+"""Public names imported on first use, and the module each comes from."""
 
 __all__ = [
     "RayOptions",
@@ -35,18 +64,15 @@ __all__ = [
 ]
 
 
-def runner_for(backend: str, settings: RaySettings | None = None) -> RayToolRunner | None:
-    """The tool runner of a backend: None for ``local`` (the executor's default).
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'planexec.distributed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-    Raises:
-        ConfigError: an unknown backend.
-        MissingExtraError: ``ray`` without Ray installed.
-    """
-    from planexec.errors import ConfigError, require_extra
 
-    if backend == "local":
-        return None
-    if backend == "ray":
-        require_extra("ray", "ray")
-        return RayToolRunner(settings)
-    raise ConfigError(f"unknown executor backend {backend!r} (use 'local' or 'ray')")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

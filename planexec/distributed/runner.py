@@ -61,10 +61,10 @@ from pydantic import BaseModel
 from planexec._log import logger
 from planexec.distributed._ray import ensure_ray, first_line, import_ray, worker_lost_errors
 from planexec.distributed.settings import RayOptions, RaySettings
-from planexec.errors import ToolLoadError
+from planexec.errors import ConfigError, ToolLoadError, require_extra
 from planexec.tools import ToolSpec, invoke_tool, load_tools, normalize_output
 
-__all__ = ["RayToolRunner", "WorkerLostError", "tool_options"]
+__all__ = ["RayToolRunner", "WorkerLostError", "runner_for", "tool_options"]
 
 
 class WorkerLostError(RuntimeError):
@@ -531,3 +531,18 @@ class RayToolRunner:
             ) from exc
         self._keep(raw, ref)
         return raw
+
+
+def runner_for(backend: str, settings: RaySettings | None = None) -> RayToolRunner | None:
+    """The tool runner of a backend: None for ``local`` (the executor's default).
+
+    Raises:
+        ConfigError: an unknown backend.
+        MissingExtraError: ``ray`` without Ray installed.
+    """
+    if backend == "local":
+        return None
+    if backend == "ray":
+        require_extra("ray", "ray")
+        return RayToolRunner(settings)
+    raise ConfigError(f"unknown executor backend {backend!r} (use 'local' or 'ray')")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -50,6 +51,7 @@ from mcp.server.mcpserver.utilities.func_metadata import (  # noqa: E402
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
+    from planexec.config import AgentConfig
     from planexec.plan import Plan
     from planexec.tools import ToolCatalog
 
@@ -149,6 +151,11 @@ class ExecutePlanResult(BaseModel):
     ok: bool = Field(description="True when every step succeeded (or was skipped on purpose).")
     results: list[StepResultOut] = Field(description="Step results, in plan order.")
     diagnostics: list[DiagnosticOut] = Field(description="Parse and check diagnostics.")
+    usage: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Model calls by purpose (each attempt of a retried call counts), "
+        "tokens, tool calls, wall time.",
+    )
 
 
 class AskResult(BaseModel):
@@ -432,28 +439,49 @@ def build_server(
     agent_options: Mapping[str, Any] | None = None,
     tool_source: Mapping[str, str] | None = None,
     all_runs: bool = False,
+    config: AgentConfig | None = None,
 ) -> MCPServer[Any]:
     """Build the planexec MCP server over a set of tools.
 
+    ``execute_plan`` and ``ask`` run through one `planexec.runtime.Runtime` built from
+    ``config``: the same model timeout, retries and circuit breaker (shared by every
+    call of this server), limits and executor settings as the library.
+
     Args:
         tools: The tools plans may call.
-        model: The chat model for ``ask`` and for the resolver's LLM fallback; without
-            it ``ask`` returns an error result and references that need the fallback
-            fail with ``RESOLUTION_FAILED``.
+        model: The chat model for ``ask``, the resolver's LLM fallback and reasoning
+            steps; without it ``ask`` returns an error result, references that need
+            the fallback fail with ``RESOLUTION_FAILED`` and reasoning steps are skipped.
         store: A run store (``SQLiteRunStore``); runs of ``execute_plan`` and ``ask``
             are recorded there, and ``get_run`` reads it.
         expose_tools: Also expose the tools themselves.
         name: The server's name.
         agent_options: Extra keyword arguments for `PlanExecuteAgent` (``config`` ...).
-        tool_source: Where the tools came from (`planexec.store.recording.tool_source`),
+        tool_source: Where the tools came from (`planexec.runs.tool_source`),
             recorded in each run's config so ``planexec runs resume`` can load them.
         all_runs: Let ``get_run`` read every run of the store. By default it reads only
             the runs this server recorded: the store may hold the user's other runs.
+        config: Every setting (`AgentConfig`; ``agent_options["config"]`` or the
+            defaults otherwise).
+
+    Raises:
+        ConfigError: the config names tools that are not among ``tools``.
     """
-    from planexec.store.recording import TOOL_SOURCE_KEY, StampedStore
+    from planexec.runs import TOOL_SOURCE_KEY, StampedStore
+    from planexec.runtime import Runtime
     from planexec.tools import ToolCatalog
 
     catalog = ToolCatalog(list(tools))
+    options = dict(agent_options or {})
+    runtime = Runtime(
+        model,
+        catalog,
+        config if config is not None else options.get("config"),
+        breakers=options.get("breakers"),
+        runner=options.get("runner"),
+    )
+    # `ask`'s agents share the runtime's settings, breakers and runner with execute_plan
+    options.update(config=runtime.config, breakers=runtime.breakers, runner=runtime.runner)
     extra_config = {TOOL_SOURCE_KEY: dict(tool_source)} if tool_source else {}
     recording = StampedStore(store, extra_config) if store is not None and extra_config else store
     own_runs: set[str] = set()
@@ -519,11 +547,9 @@ def build_server(
         text: PlanText, ctx: Context, dialect: Dialect = "auto"
     ) -> ExecutePlanResult:
         from planexec.events import EventBus, StepFinished
-        from planexec.executor import Executor, ExecutorConfig
         from planexec.parsing import check_plan
-        from planexec.resolver import ArgResolver
-        from planexec.results import StepStatus
-        from planexec.store.recording import execute_recorded
+        from planexec.results import StepStatus, Usage
+        from planexec.runs import execute_recorded
 
         plan = check_plan(_parse(text, dialect), catalog)
         problems = [str(d) for d in plan.errors] + _literal_arg_errors(plan, catalog)
@@ -554,28 +580,19 @@ def build_server(
                     )
 
         bus.subscribe(on_event)
-        reasoner = None
-        if model is not None:
-            from planexec._models import ModelClient
-            from planexec.executor import ModelReasoner
-
-            reasoner = ModelReasoner(ModelClient(model, bus=bus, run_id=run_id))
-        exec_config = ExecutorConfig()
-        executor = Executor(
-            catalog, ArgResolver(model), config=exec_config, bus=bus, run_id=run_id,
-            reasoner=reasoner,
-        )
+        # the executor alone (no recovery, no answer), with the runtime's model client
+        # (timeout, retries, breaker), limits and runner
+        usage = Usage()
+        executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
-        recorded = {
-            "executor": {
-                "max_concurrency": exec_config.max_concurrency,
-                "step_timeout": exec_config.step_timeout,
-            },
-            **extra_config,
-        }
-        results = await execute_recorded(
-            executor, plan, text, bus=bus, store=store, config=recorded
-        )
+        recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
+        started = time.perf_counter()
+        try:
+            results = await execute_recorded(
+                executor, plan, text, bus=bus, store=store, config=recorded
+            )
+        finally:
+            usage.wall_time = time.perf_counter() - started
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
         ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)
@@ -584,6 +601,7 @@ def build_server(
             ok=ok,
             results=[_step_out(r) for r in results],
             diagnostics=_diagnostics(plan),
+            usage=usage.to_dict(),
         )
 
     @server.tool(
@@ -621,9 +639,7 @@ def build_server(
                         "progress notification failed: {}", exc
                     )
 
-        agent = PlanExecuteAgent(
-            model, list(tools), store=recording, **dict(agent_options or {})
-        )
+        agent = PlanExecuteAgent(model, list(tools), store=recording, **options)
         try:
             run = await agent.run(question, event_handlers=[on_event])
         finally:

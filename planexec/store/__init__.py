@@ -1,10 +1,13 @@
-"""Durable runs: the run store and resume.
+"""Durable runs: the run store, which records runs and reads them back.
 
 - `RunStore`: the protocol; `MemoryRunStore` (in memory) and `SQLiteRunStore` (one
   file, the default).
 - `default_store_path` / `open_store`: where runs are recorded unless told otherwise
   (``$PLANEXEC_STORE``, else ``runs.sqlite3`` in the user data directory).
-- `planexec.store.resume`: `plan_resume` and `resume_run`.
+- `run_from_store`: a recorded run read back as a `Run`.
+
+The store observes runs and never drives them: resuming and recorded execution are run
+drivers, in `planexec.runs` (`plan_resume`, `resume_run`, `execute_recorded`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from planexec.store.base import (
     StartedCall,
 )
 from planexec.store.memory import MemoryRunStore
+from planexec.store.reading import run_from_store
 from planexec.store.sqlite import SCHEMA_VERSION, SQLiteRunStore
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "StartedCall",
     "default_store_path",
     "open_store",
+    "run_from_store",
 ]
 
 ENV_VAR = "PLANEXEC_STORE"

@@ -3,7 +3,7 @@
 A run store *observes* runs: it is an `EventBus` subscriber (``store.attach(bus)``)
 and builds, from the events, a record of each run — the question and config, every
 plan version with its diagnostics, every step result, and the whole event stream. It
-never drives a run. Resume (`planexec.store.resume`) reads these records back.
+never drives a run. Resume (`planexec.runs`) reads these records back.
 """
 
 from __future__ import annotations

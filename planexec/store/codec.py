@@ -15,7 +15,7 @@ from typing import Any
 from planexec.errors import ErrorKind
 from planexec.events import Event
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
-from planexec.results import ResolutionMethod, StepResult, StepStatus, jsonable
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 
 __all__ = [
     "decode_value",
@@ -165,8 +165,13 @@ def result_to_json(result: StepResult) -> dict[str, Any]:
 
 
 def result_from_json(data: dict[str, Any]) -> StepResult:
-    """Decode a step result encoded by `result_to_json`."""
+    """Decode a step result encoded by `result_to_json`.
+
+    Results recorded before `StepError` existed (no ``failure`` key) get a failure of
+    their kind and message, with no arguments named.
+    """
     kind = data.get("error_kind")
+    failure = data.get("failure")
     return StepResult(
         step_id=int(data["step_id"]),
         tool=data.get("tool"),
@@ -183,6 +188,7 @@ def result_from_json(data: dict[str, Any]) -> StepResult:
         duration=data.get("duration"),
         server=data.get("server"),
         note=data.get("note"),
+        failure=StepError.from_dict(failure) if failure else None,
     )
 
 

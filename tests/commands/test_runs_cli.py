@@ -148,21 +148,21 @@ async def test_show_says_why_a_plan_version_has_no_plan_and_lists_rejected_draft
 ) -> None:
     from planexec.agent import PlanExecuteAgent
     from planexec.config import AgentConfig
-    from planexec.testing import FunctionChatModel, fake_tool
+    from planexec.testing import FunctionModel, ModelCall, fake_tool
 
     good = "#Task1: list sites\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
     bad = good.replace("sites\n#Args", "sitez\n#Args")
     replies = ["Sorry, I cannot plan that.", "Still no plan, sorry.", bad, good]
 
-    def reply(messages: Any) -> str:
-        if str(messages[0].content).startswith("You are the planner"):
+    def reply(call: ModelCall, messages: Any) -> str:
+        if call.purpose == "plan":
             return replies.pop(0)
         return "MAIN"
 
     config = AgentConfig.from_dict({"planner": {"max_reprompts": 1},
                                     "recovery": {"early_replan": False}})
     with SQLiteRunStore(store_path) as store:
-        agent = PlanExecuteAgent(FunctionChatModel(function=reply),
+        agent = PlanExecuteAgent(FunctionModel(function=reply),
                                  [fake_tool("sites", ["MAIN"], hints={"read_only": True})],
                                  config=config, store=store)
         run = await agent.run("which sites?", run_id="noplan")

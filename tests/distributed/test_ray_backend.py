@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from langchain_core.tools import BaseTool
 
+from planexec.config import ExecutorSettings, RetrySettings
 from planexec.errors import ErrorKind
 from planexec.events import Event, EventBus, FallbackUsed, StepFinished
-from planexec.executor import Executor, ExecutorConfig
+from planexec.executor import Executor
 from planexec.parsing.refs import find_refs
 from planexec.plan import Plan, Step
-from planexec.resilience import RetryPolicy
 from planexec.results import StepResult, StepStatus
 from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog
@@ -34,7 +34,7 @@ from planexec.distributed import (  # noqa: E402
 
 pytestmark = [pytest.mark.ray]
 
-FAST = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0, jitter=0.0)
+FAST = RetrySettings(attempts=3, base_delay=0.0, max_delay=0.0, jitter=0.0)
 SAFE = {"read_only": True}
 
 
@@ -65,7 +65,7 @@ async def run_plan(
     events: list[Event] = []
     executor = Executor(
         ToolCatalog(tools),
-        config=ExecutorConfig(tool_retry=FAST, **config),
+        config=ExecutorSettings(tool_retry=FAST, **config),
         bus=EventBus([events.append]),
         run_id="r",
         runner=runner if runner is not None else make_runner(backend),

@@ -19,9 +19,10 @@ from planexec._models import as_client
 from planexec.examples import example_path
 from planexec.examples.questions import DEMO_QUESTIONS
 from planexec.examples.tools import demo_tools
-from planexec.executor import Executor, ModelReasoner
+from planexec.executor import Executor
 from planexec.parsing import check_plan, parse_plan
 from planexec.plan import Plan, Ref, Severity, Step, Template
+from planexec.reasoning import ModelReasoner
 from planexec.resolver import ArgResolver
 from planexec.results import ResolutionMethod, StepResult, StepStatus
 from planexec.testing import ScriptedChatModel
@@ -229,7 +230,6 @@ async def execute(name: str) -> tuple[dict[int, StepResult], ScriptedChatModel]:
         ToolCatalog(demo_tools()),
         ArgResolver(client),
         reasoner=ModelReasoner(client),
-        client=client,
     )
     results = await executor.run(load_plan(name))
     return {r.step_id: r for r in results}, model

@@ -47,7 +47,7 @@ async def test_a_version_without_a_plan_keeps_its_error_and_drafts_through_the_s
     make_store: StoreFactory,
 ) -> None:
     from planexec.events import PlanCreated, RunStarted
-    from planexec.store.resume import run_from_store
+    from planexec.store import run_from_store
 
     store = make_store()
     bus = EventBus()

@@ -19,8 +19,8 @@ from planexec.events import (
 )
 from planexec.plan import Plan, Ref, Step
 from planexec.results import RunStatus, StepResult, StepStatus
-from planexec.store import MemoryRunStore
-from planexec.store.resume import force_hint, plan_resume, resume_run, run_from_store
+from planexec.runs import force_hint, plan_resume, resume_run
+from planexec.store import MemoryRunStore, run_from_store
 from planexec.testing import fake_tool
 
 DEAD_PID = 2**22 + 4242

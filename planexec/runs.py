@@ -1,7 +1,10 @@
-"""Resume an interrupted run from its record in a run store.
+"""Run drivers: resume, continue and recorded execution of runs.
 
-`plan_resume` reads the record and decides, for the latest plan version, what happens
-to each step:
+They sit above the agent and the executor (and drive them); the run store
+(`planexec.store`) only records runs and reads them back.
+
+**Resume.** `plan_resume` reads a run's record and decides, for the latest plan
+version, what happens to each step:
 
 - **finished** — its result SUCCEEDED: not run again; the result is handed to the
   executor as ``prior`` (references to it resolve against the recorded output).
@@ -18,12 +21,32 @@ to each step:
 
 `continue_run` carries the decision out with an `Executor`; `resume_run` does it with a
 `PlanExecuteAgent`.
+
+**Recorded execution** (runs not driven by the agent) and extra settings in a run's
+config:
+
+- `execute_recorded`: run a given plan with an `Executor` as one recorded run —
+  ``RunStarted`` (with the config), ``PlanCreated`` (version 1, with the plan text), the
+  executor's events, then ``RunFinished`` — so the store shows the plan and ``planexec
+  runs resume`` can continue it. ``planexec run`` and the MCP ``execute_plan`` tool use it.
+- `tool_source`: where a run's tools came from (``--tools`` spec, ``--mcp-config``
+  path), recorded in the run's config under `TOOL_SOURCE_KEY` so that resume can load
+  the same tools when it is not told otherwise.
+- `StampedStore`: a store wrapper that adds settings (the tool source) to the config of
+  every ``RunStarted`` it records, for runs whose ``RunStarted`` the agent emits.
+
+`run_from_store` (rebuild a `Run` from its record) is pure reading: it lives in
+`planexec.store.reading` and is re-exported here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planexec._log import run_log, step_log
@@ -32,33 +55,39 @@ from planexec.events import (
     Event,
     EventBus,
     FallbackUsed,
+    PlanCreated,
     RecoveryDecided,
     RunFinished,
+    RunStarted,
     StepFinished,
 )
 from planexec.plan import Plan
-from planexec.results import (
-    PlanAttempt,
-    Run,
-    RunStatus,
-    StepResult,
-    StepStatus,
-    Usage,
-)
+from planexec.results import Run, RunStatus, StepResult, StepStatus
 from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, owner_alive
+from planexec.store.reading import run_from_store
 
 if TYPE_CHECKING:
     from planexec.agent import PlanExecuteAgent
+    from planexec.executor import Executor
 
 __all__ = [
+    "TOOL_SOURCE_KEY",
+    "Execute",
     "ResumePlan",
+    "StampedStore",
     "catalog_is_safe",
     "continue_run",
+    "execute_recorded",
+    "first_failure",
     "force_hint",
     "plan_resume",
+    "recorded_tool_source",
     "resume_run",
     "run_from_store",
+    "tool_source",
 ]
+
+# ------------------------------------------------------------------------- resume
 
 _UNSURE_KINDS = frozenset({ErrorKind.TOOL_TIMEOUT, ErrorKind.CANCELLED})
 
@@ -240,46 +269,6 @@ def plan_resume(
         started_calls=tuple(started.values()),
         tools={s.id: s.tool for s in plan.steps},
         message=message,
-    )
-
-
-def run_from_store(store: RunStore, run_id: str) -> Run:
-    """Rebuild a `Run` from its record: attempts, results, status, usage.
-
-    Raises:
-        RunNotFoundError: no such run.
-    """
-    record = store.get_run(run_id)
-    results: dict[int, list[StepResult]] = {}
-    for rs in store.step_results(run_id):
-        results.setdefault(rs.plan_version, []).append(rs.result)
-    attempts = [
-        PlanAttempt(version=p.version, plan=p.plan, text=p.text, reason=p.reason,
-                    results=results.get(p.version, []), error=p.error,
-                    drafts=[dict(d) for d in p.drafts])
-        for p in store.plans(run_id)
-    ]
-    known = {a.version for a in attempts}
-    for version in sorted(set(results) - known):  # results recorded without a PlanCreated
-        attempts.append(PlanAttempt(version=version, plan=None, results=results[version]))
-    usage = Usage()
-    for ev in store.events(run_id):
-        if ev.get("type") == "LLMCalled":
-            usage.add_llm_call(str(ev.get("purpose", "")))
-        elif ev.get("type") == "ToolCallStarted":
-            usage.tool_calls += 1
-    if record.created_at is not None:
-        usage.wall_time = (record.finished_at or record.updated_at or 0.0) - record.created_at
-    kind = record.error_kind
-    return Run(
-        run_id=run_id,
-        question=record.question,
-        attempts=attempts,
-        status=record.status,
-        answer=record.answer,
-        error=record.error,
-        error_kind=ErrorKind(kind) if kind and kind in ErrorKind.__members__ else None,
-        usage=usage,
     )
 
 
@@ -488,3 +477,128 @@ def _prior_with_earlier_versions(
             prior[rs.result.step_id] = rs.result
     prior.update(rp.prior)
     return prior
+
+# ------------------------------------------------------------- recorded execution
+
+TOOL_SOURCE_KEY = "tool_source"
+"""The key of a run's recorded config that says where its tools came from."""
+
+
+def tool_source(
+    tools: str | None = None, mcp_config: str | os.PathLike[str] | None = None
+) -> dict[str, str]:
+    """Where a run's tools come from, as recorded (`TOOL_SOURCE_KEY`).
+
+    Args:
+        tools: The ``--tools MODULE:ATTR`` spec.
+        mcp_config: The ``--mcp-config`` file (recorded as an absolute path).
+
+    Returns:
+        ``{"tools": ..., "mcp_config": ...}`` with the keys that were given.
+    """
+    out: dict[str, str] = {}
+    if tools:
+        out["tools"] = str(tools)
+    if mcp_config:
+        out["mcp_config"] = str(Path(mcp_config).expanduser().resolve())
+    return out
+
+
+def recorded_tool_source(config: Mapping[str, Any]) -> dict[str, str]:
+    """The tool source recorded in a run's config (empty when none was)."""
+    raw = config.get(TOOL_SOURCE_KEY)
+    if not isinstance(raw, Mapping):
+        return {}
+    return {k: str(v) for k, v in raw.items() if k in ("tools", "mcp_config") and v}
+
+
+class StampedStore:
+    """A run store that adds ``extra`` to the config of each ``RunStarted`` it records.
+
+    Everything else is passed to the wrapped store unchanged (attribute access included),
+    so it can be given wherever a store is expected. Keys already in the event's config
+    are kept.
+
+    Args:
+        store: The store to record in.
+        extra: Settings to add (e.g. ``{TOOL_SOURCE_KEY: tool_source(...)}``).
+    """
+
+    def __init__(self, store: RunStore, extra: Mapping[str, Any]) -> None:
+        self.store = store
+        """The wrapped store."""
+        self.extra = dict(extra)
+        """What is added to each recorded run's config."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def attach(self, bus: EventBus) -> None:
+        """Subscribe `handle` to ``bus``."""
+        bus.subscribe(self.handle)
+
+    async def handle(self, event: Event) -> None:
+        """Record ``event`` in the wrapped store, adding ``extra`` to a ``RunStarted``."""
+        if isinstance(event, RunStarted) and self.extra:
+            config = {**self.extra, **dict(event.config)}
+            event = dataclasses.replace(event, config=config)
+        await self.store.handle(event)
+
+
+def first_failure(results: list[StepResult]) -> StepResult | None:
+    """The first result that FAILED, was BLOCKED or was CANCELLED."""
+    bad = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
+    return next((r for r in results if r.status in bad), None)
+
+
+async def execute_recorded(
+    executor: Executor,
+    plan: Plan,
+    text: str,
+    *,
+    bus: EventBus,
+    store: Any = None,
+    question: str = "",
+    config: Mapping[str, Any] | None = None,
+) -> list[StepResult]:
+    """Run ``plan`` with ``executor`` as one run announced on ``bus``.
+
+    Emits ``RunStarted`` (``question``, ``config``), ``PlanCreated`` (version 1, the plan
+    and its ``text``), then the executor's events, then ``RunFinished`` (SUCCEEDED, or
+    FAILED naming the first failure, or CANCELLED), and flushes ``store`` (if given;
+    it must already be subscribed to ``bus``).
+
+    Raises:
+        asyncio.CancelledError: the run was cancelled (recorded as CANCELLED first).
+    """
+    run_id = executor.run_id
+    await bus.emit(RunStarted(run_id=run_id, question=question, config=dict(config or {})))
+    await bus.emit(PlanCreated(run_id=run_id, version=1, plan=plan, text=text))
+    try:
+        try:
+            results = await executor.run(plan, plan_version=1)
+        except asyncio.CancelledError:
+            await bus.emit(
+                RunFinished(
+                    run_id=run_id,
+                    status=str(RunStatus.CANCELLED),
+                    error="the run was cancelled by the caller",
+                )
+            )
+            raise
+        failed = first_failure(results)
+        if executor.cancelled:
+            status, error = RunStatus.CANCELLED, "the run was cancelled by the caller"
+        elif failed is not None:
+            status = RunStatus.FAILED
+            error = failed.error or f"step {failed.step_id} {failed.status.value}"
+        else:
+            status, error = RunStatus.SUCCEEDED, None
+        await bus.emit(RunFinished(run_id=run_id, status=str(status), error=error))
+        return results
+    finally:
+        flush = getattr(store, "flush", None)
+        if callable(flush):
+            out = flush()
+            if asyncio.iscoroutine(out):
+                await out

@@ -1,0 +1,112 @@
+"""The model-backed reasoner for tool-less steps: `ModelReasoner`.
+
+A step without a tool (``#Tool: none``) is a reasoning step. The executor defines what
+it needs (`planexec.executor.Reasoner`) and knows no model; this module answers such a
+step with a chat model, through a `ModelClient` (purpose ``reason``). The runtime
+(`planexec.runtime.Runtime`) builds one per run, on the run-bound resilient client, so
+its calls get the run's timeout, retries, breaker and usage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from planexec._models import ModelClient
+from planexec.events import EventBus
+from planexec.plan import Step, to_jsonable
+from planexec.results import StepResult, Usage, jsonable
+
+__all__ = ["REASON_SYSTEM", "ModelReasoner"]
+
+REASON_SYSTEM = (
+    "You carry out one reasoning step of a plan: there is no tool to call. Answer the "
+    "step's task using only the results of the earlier steps shown. Reply with the "
+    "answer only. If those results do not hold what the task needs, say exactly what "
+    "is missing; never invent values."
+)
+"""The system prompt of a reasoning step."""
+
+
+def _cut(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return f"{text[: max(0, budget)]}… [cut: {budget} of {len(text)} characters shown]"
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(jsonable(value), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class ModelReasoner:
+    """A `planexec.executor.Reasoner` that asks a chat model (purpose ``reason``).
+
+    The prompt holds the step's task, the question (if given) and the outputs of the
+    step's dependencies, cut to ``budget`` characters in all. The step's expected
+    output is not shown, so it cannot be echoed back as a result. Its calls are counted
+    wherever ``client`` counts them (a run-bound client: the run's usage).
+    """
+
+    def __init__(
+        self, client: ModelClient, *, question: str | None = None, budget: int = 4000
+    ) -> None:
+        """Build a reasoner.
+
+        Args:
+            client: The model client (its usage counts the calls).
+            question: The question the plan answers, shown as context.
+            budget: Characters of dependency outputs shown, in all.
+        """
+        self.client = client
+        """The model client (its usage counts the calls)."""
+        self.question = question
+        """The question the plan answers, shown as context."""
+        self.budget = budget
+        """Characters of dependency outputs shown, in all."""
+
+    def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelReasoner:
+        """Return a reasoner whose client counts into ``usage`` for ``run_id``."""
+        return ModelReasoner(
+            self.client.bind(usage=usage, bus=bus, run_id=run_id),
+            question=self.question,
+            budget=self.budget,
+        )
+
+    def prompt(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
+        """The human message for a step (built by concatenation: nothing is formatted)."""
+        lines: list[str] = []
+        if self.question:
+            lines += ["Question:", self.question, ""]
+        lines += [f"Task (step {step.id}):", step.task or "(no task text)", ""]
+        if step.args or step.positional:
+            # a reasoning step with #Args (ARGS_WITHOUT_TOOL): shown as written
+            written = to_jsonable(step.args) if step.args else to_jsonable(list(step.positional))
+            lines += ["Arguments written in the plan:", _as_text(written), ""]
+        if inputs:
+            per = max(200, self.budget // len(inputs))
+            lines.append("Results of earlier steps:")
+            for sid in sorted(inputs):
+                r = inputs[sid]
+                label = f"step {sid}" + (f" (tool {r.tool})" if r.tool else "")
+                lines.append(f"- {label}: {_cut(_as_text(r.output), per)}")
+        else:
+            lines.append("No earlier step results are available to this step.")
+        return "\n".join(lines)
+
+    async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
+        """Ask the model to answer the step's task from its inputs.
+
+        Raises:
+            ModelError: the model call failed (after the client's retries).
+            CircuitOpenError: the model provider's breaker is open.
+        """
+        messages = [SystemMessage(REASON_SYSTEM), HumanMessage(self.prompt(step, inputs))]
+        return await self.client.complete(messages, purpose="reason", step_id=step.id)

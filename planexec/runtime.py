@@ -1,0 +1,266 @@
+"""The runtime: the one place that assembles what a run needs from an `AgentConfig`.
+
+Every entry point gets its model client, resolver, reasoner, executor, limits,
+circuit breakers and tool runner here, so they all get the same timeouts, retries,
+breaker and limits from the same configuration: `PlanExecuteAgent` (and through it
+``planexec ask``, ``planexec demo``, ``planexec runs resume``, ``regress`` and the Ray
+drivers), ``planexec run`` and the MCP server's ``execute_plan`` tool.
+
+- `Runtime` (one per agent, command or server) holds the config, the catalog, the
+  circuit breakers — one per model provider and per tool server, shared by every run it
+  opens — and the tool runner (in process, or on Ray with ``executor.backend = "ray"``).
+  Building one checks the tool names the config mentions against the catalog.
+- `Runtime.client` is a run's model client: a `ResilientModelClient` with
+  ``model.timeout``, retries with backoff and jitter from ``model.retry``, the
+  provider's breaker and ``model.stream``, counting into the run's usage.
+- `Runtime.open_run` returns a run's `RunServices`: that client, the `ArgResolver` and
+  `ModelReasoner` on it, the run's `Limits`, and the `Executor` holding them (with the
+  limits as its guard). The executor itself knows no model.
+
+Example:
+    >>> from planexec.events import EventBus
+    >>> from planexec.results import Usage
+    >>> from planexec.testing import fake_tool
+    >>> runtime = Runtime(None, ToolCatalog([fake_tool("sites", ["MAIN"])]))
+    >>> run = runtime.open_run(run_id="r1", usage=Usage(), bus=EventBus())
+    >>> run.client is None and run.reasoner is None  # no model: no fallback, no reasoning
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langchain_core.language_models import BaseChatModel
+
+from planexec._log import run_log
+from planexec._models import ModelClient
+from planexec.config import AgentConfig, ExecutorSettings
+from planexec.errors import ConfigError
+from planexec.events import EventBus
+from planexec.executor import Executor, Guard, LocalToolRunner, Reasoner, ToolRunner
+from planexec.plan import Step
+from planexec.reasoning import ModelReasoner
+from planexec.recovery import Limits
+from planexec.resilience import BreakerRegistry, ResilientModelClient
+from planexec.resolver import ArgResolver
+from planexec.results import Usage
+from planexec.tools import ToolCatalog
+
+__all__ = ["RunServices", "Runtime", "limit_guard", "tool_runner"]
+
+
+@dataclass(frozen=True)
+class RunServices:
+    """What one run uses, bound to its id, usage and event bus (see `Runtime.open_run`)."""
+
+    client: ModelClient | None
+    """The run-bound resilient model client (None without a model)."""
+    resolver: ArgResolver
+    """The argument resolver; its LLM fallback calls ``client``."""
+    reasoner: Reasoner | None
+    """Answers reasoning steps with ``client`` (None without a model: they are skipped)."""
+    limits: Limits
+    """The run's limits (``limits`` settings), counting its tool calls."""
+    executor: Executor
+    """The executor holding the resolver, the reasoner, the limits and the runner."""
+
+
+def tool_runner(settings: ExecutorSettings) -> ToolRunner:
+    """The tool runner of ``executor.backend``: in this process, or on Ray.
+
+    Raises:
+        MissingExtraError: ``ray`` without Ray installed.
+    """
+    if settings.backend == "local":
+        return LocalToolRunner()
+    from planexec.distributed import runner_for
+
+    runner = runner_for(settings.backend, settings.ray)
+    return runner if runner is not None else LocalToolRunner()
+
+
+def limit_guard(limits: Limits, catalog: ToolCatalog) -> Guard:
+    """The executor's guard: `Limits.guard`, told the tool's server from the catalog."""
+
+    def guard(step: Step, tool: str) -> str | None:
+        server: str | None = step.server
+        try:
+            spec = catalog.lookup(tool, step.server) or catalog.lookup(tool)
+        except KeyError:  # ambiguous: keep the step's server
+            spec = None
+        if spec is not None:
+            server = spec.server or ""
+        return limits.guard(step, tool, server=server)
+
+    return guard
+
+
+class Runtime:
+    """Builds the model clients, resolver, reasoner, limits and executor of runs.
+
+    One runtime serves many runs: its breakers (and runner) are shared by all of them,
+    so a provider that keeps failing opens its breaker for every later run too.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel | None,
+        catalog: ToolCatalog,
+        config: AgentConfig | None = None,
+        *,
+        breakers: BreakerRegistry | None = None,
+        runner: ToolRunner | None = None,
+    ) -> None:
+        """Assemble a runtime.
+
+        Args:
+            model: The chat model of the resolver's fallback, reasoning steps (and, for
+                the agent, planning, answers and a judge); None for none.
+            catalog: The tools.
+            config: Every setting (the defaults of `AgentConfig` otherwise).
+            breakers: Circuit breakers to share (by default a new registry with
+                ``model.breaker_failure_threshold`` and ``model.breaker_recovery_time``).
+            runner: How tools are called (by default from ``executor.backend``).
+
+        Raises:
+            ConfigError: the config names tools that are not in the catalog (see
+                `check_tool_names`).
+            MissingExtraError: ``executor.backend = "ray"`` without Ray installed.
+        """
+        self.model = model
+        """The chat model (None: no fallback, no reasoning)."""
+        self.catalog = catalog
+        """The tools."""
+        self.config = config if config is not None else AgentConfig()
+        """The settings."""
+        self.check_tool_names()
+        settings = self.config.model
+        self.breakers = (
+            breakers
+            if breakers is not None
+            else BreakerRegistry(settings.breaker_failure_threshold, settings.breaker_recovery_time)
+        )
+        """Circuit breakers of the model provider and the tool servers, shared by runs."""
+        self.runner: ToolRunner = (
+            runner if runner is not None else tool_runner(self.config.executor)
+        )
+        """How tools are called (`LocalToolRunner`, or Ray's with ``backend = "ray"``)."""
+
+    def check_tool_names(self, catalog: ToolCatalog | None = None) -> None:
+        """Reject tool names in limits and timeouts that name no tool of the catalog.
+
+        A name on an MCP server that could not start is not checked (with a warning).
+
+        Args:
+            catalog: The tools to check against (the runtime's by default).
+
+        Raises:
+            ConfigError: naming each key with an unknown tool, and close tool names.
+        """
+        catalog = catalog if catalog is not None else self.catalog
+        cfg = self.config
+        named = [(f"limits.per_tool_limits[{n!r}]", n) for n in cfg.limits.per_tool_limits]
+        for i, seq in enumerate(cfg.limits.sequence_limits):
+            named += [(f"limits.sequence_limits[{i}].pattern", n) for n in seq.pattern]
+        named += [(f"executor.tool_timeouts[{n!r}]", n) for n in cfg.executor.tool_timeouts]
+        problems: list[str] = []
+        down = getattr(catalog, "unavailable", None) or {}
+        for key, name in named:
+            if catalog.has(name):
+                continue
+            server = name.split(".", 1)[0] if "." in name else None
+            if server is not None and server in down:
+                run_log("-").warning(
+                    "{}: tool {!r} is on server {!r}, which could not start; not checked",
+                    key,
+                    name,
+                    server,
+                )
+                continue
+            close = catalog.suggest(name)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            problems.append(f"{key}: unknown tool {name!r}{hint}")
+        if problems:
+            names = catalog.names()
+            known = ", ".join(names[:30]) + (" …" if len(names) > 30 else "")
+            raise ConfigError(
+                "invalid configuration: tool names that are not in the catalog:\n  "
+                + "\n  ".join(problems)
+                + f"\n  (tools: {known or 'none'})"
+            )
+
+    def client_for(
+        self, model: BaseChatModel, *, usage: Usage, bus: EventBus | None, run_id: str
+    ) -> ResilientModelClient:
+        """A run-bound client for ``model`` with the ``model`` settings.
+
+        Timeout, retries (backoff and jitter), streaming and the provider's breaker are
+        those of every model call of a run: planner, resolver, reasoning, answer, and an
+        `LLMJudge` given a plain model. Every attempt counts in ``usage``.
+        """
+        cfg = self.config.model
+        return ResilientModelClient(
+            model,
+            timeout=cfg.timeout,
+            usage=usage,
+            bus=bus,
+            run_id=run_id,
+            retry=cfg.retry.policy(),
+            breakers=self.breakers,
+            stream=cfg.stream,
+        )
+
+    def client(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelClient | None:
+        """The run-bound client of the runtime's model (None without a model)."""
+        if self.model is None:
+            return None
+        return self.client_for(self.model, usage=usage, bus=bus, run_id=run_id)
+
+    def resolver(self, client: ModelClient | None) -> ArgResolver:
+        """An `ArgResolver` whose fallback calls ``client``, with ``resolver.output_budget``."""
+        return ArgResolver(client, output_budget=self.config.resolver.output_budget)
+
+    def open_run(
+        self,
+        *,
+        run_id: str,
+        usage: Usage,
+        bus: EventBus,
+        question: str = "",
+        catalog: ToolCatalog | None = None,
+    ) -> RunServices:
+        """Assemble one run: its client, resolver, reasoner, limits and executor.
+
+        Args:
+            run_id: The run's id (on logs and events).
+            usage: Where the run's model and tool calls are counted.
+            bus: Where the run's events go.
+            question: The question the plan answers, shown to reasoning steps.
+            catalog: The run's tools, when they differ from the runtime's (e.g. with
+                the typed output's mapping tool added).
+
+        Returns:
+            The run's services; ``executor`` runs its plans.
+        """
+        catalog = catalog if catalog is not None else self.catalog
+        client = self.client(usage=usage, bus=bus, run_id=run_id)
+        resolver = self.resolver(client)
+        settings = self.config.executor
+        reasoner: Reasoner | None = None
+        if client is not None:
+            reasoner = ModelReasoner(client, question=question, budget=settings.reason_budget)
+        limits = Limits.from_settings(self.config.limits)
+        executor = Executor(
+            catalog,
+            resolver,
+            config=settings,
+            reasoner=reasoner,
+            bus=bus,
+            run_id=run_id,
+            usage=usage,
+            breakers=self.breakers,
+            guard=limit_guard(limits, catalog),
+            runner=self.runner,
+        )
+        return RunServices(client, resolver, reasoner, limits, executor)
