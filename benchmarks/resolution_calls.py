@@ -60,9 +60,10 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from planexec._models import ModelClient
 from planexec.config import ExecutorSettings
-from planexec.errors import PlanParseError
+from planexec.errors import ErrorKind, PlanParseError
 from planexec.events import EventBus
 from planexec.executor import Executor
+from planexec.filters import Field, Pick, Select, parse_hint
 from planexec.parsing import contains_placeholder, parse_plan
 from planexec.plan import PathElem, Plan, Step, iter_refs, to_jsonable
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs, follow_path
@@ -89,6 +90,15 @@ CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "rea
 
 POLICIES = ("planexec", "per_placeholder_step", "per_tool_step")
 """planexec's own policy, then baseline A and baseline B."""
+
+STAGES: dict[str, dict[str, Any]] = {
+    "before": {"filters": False, "ungrounded": "warn"},
+    "after": {},
+    "after_prose": {"prose_hints": True},
+}
+"""planexec's resolver before issue 19 (no filter tier; ungrounded values only
+recorded), as it is now (the defaults: the filter tier, ``ungrounded="reresolve"``),
+and with the filter tier's opt-in prose form (``FIELD_for_VALUE_from_step_N``)."""
 
 ToolsFactory = Callable[[], list[BaseTool]]
 """Builds a fresh set of tools for one run (no state shared between runs)."""
@@ -156,7 +166,55 @@ def _insert(node: Any, path: Sequence[PathElem], tool: str, done: Sequence[PathE
     return node
 
 
-def synthetic_outputs(plan: Plan, *, shaped: bool = True) -> dict[str, Any]:
+def _insert_query(node: Any, ops: Sequence[Any], tool: str, done: Sequence[PathElem]) -> Any:
+    """Like `_insert`, for a hint the filter grammar reads.
+
+    Each filter grows a list with one item that matches it and one decoy that does not
+    (so the filter has to choose).
+    """
+    if not ops:
+        return node if node is not None else _leaf(tool, done)
+    head, rest = ops[0], ops[1:]
+    if isinstance(head, Select):
+        key = head.key or "name"
+        if node is None or isinstance(node, str):
+            node = []
+        if not isinstance(node, list):
+            return node
+        item: dict[str, Any] = {key: head.value}
+        decoy = {key: f"syn-other-{len(node)}"}
+        node.extend([decoy, item])
+        index = len(node) - 1
+        node[index] = _insert_query(item, rest, tool, (*done, index))
+        node[index - 1] = _insert_query(decoy, rest, tool, (*done, index - 1))
+        return node
+    if isinstance(head, Pick):
+        if node is None or isinstance(node, str):
+            node = [_leaf(tool, (*done, 0)), _leaf(tool, (*done, 1))]
+        if not isinstance(node, list) or head.which == "len":
+            return node
+        index = 0 if head.which == "first" else len(node) - 1
+        node[index] = _insert_query(node[index], rest, tool, (*done, index))
+        return node
+    if isinstance(head, Field):
+        if not isinstance(node, dict):
+            return node
+        node[head.name] = _insert_query(node.get(head.name), rest, tool, (*done, head.name))
+        return node
+    if node is None or isinstance(node, str):
+        node = [] if isinstance(head, int) else {}
+    if isinstance(node, dict) and not isinstance(head, int):
+        node[head] = _insert_query(node.get(head), rest, tool, (*done, head))
+    elif isinstance(node, list) and isinstance(head, int):
+        while len(node) < (head + 1 if head >= 0 else -head):
+            node.append(_leaf(tool, (*done, len(node))))
+        node[head] = _insert_query(node[head], rest, tool, (*done, head))
+    return node
+
+
+def synthetic_outputs(
+    plan: Plan, *, shaped: bool = True, hinted: bool = False
+) -> dict[str, Any]:
     """The output each tool of a corpus plan returns, built from the plan's references.
 
     For every tool, every non-hinted reference (in plan order) to a step that calls it
@@ -174,13 +232,23 @@ def synthetic_outputs(plan: Plan, *, shaped: bool = True) -> dict[str, Any]:
     With ``shaped=False`` (the sensitivity run), every tool returns
     ``{"result": "syn:<tool>"}``: no path can be followed, so every path reference needs
     the fallback too — the opposite bound.
+
+    With ``hinted=True`` (the main runs), a hinted reference that the filter grammar
+    reads (`planexec.filters.parse_hint`, prose form included) shapes the output too:
+    each filter grows a list holding one item that matches it and one decoy — the output
+    the planner's hint describes. Other hinted references never shape anything.
     """
     tool_of = {s.id: s.tool for s in plan.steps}
     trees: dict[str, Any] = {}
     for step in plan.steps:
         for ref in step.refs:
             tool = tool_of.get(ref.step)
-            if ref.is_hinted or tool is None or not shaped:
+            if tool is None or not shaped:
+                continue
+            if ref.is_hinted:
+                query = parse_hint(ref, prose=True) if hinted else None
+                if query is not None:
+                    trees[tool] = _insert_query(trees.get(tool), query.ops, tool, ())
                 continue
             trees[tool] = _insert(trees.get(tool), ref.path, tool, ())
     out: dict[str, Any] = {}
@@ -194,7 +262,7 @@ def synthetic_outputs(plan: Plan, *, shaped: bool = True) -> dict[str, Any]:
     return out
 
 
-def corpus_tools(plan: Plan, *, shaped: bool = True) -> list[BaseTool]:
+def corpus_tools(plan: Plan, *, shaped: bool = True, hinted: bool = False) -> list[BaseTool]:
     """Fake tools for a corpus plan: one per tool name, returning `synthetic_outputs`.
 
     A tool's parameters are ``input_1..input_P`` for the most positional arguments any
@@ -202,7 +270,7 @@ def corpus_tools(plan: Plan, *, shaped: bool = True) -> list[BaseTool]:
     all typed ``Any`` with default None, so any value fits (coercion never needs the
     fallback on corpus plans; the demo plans, with real schemas, exercise that).
     """
-    outputs = synthetic_outputs(plan, shaped=shaped)
+    outputs = synthetic_outputs(plan, shaped=shaped, hinted=hinted)
     names: dict[str, list[str]] = {}
     for step in plan.steps:
         if step.tool is None:
@@ -468,6 +536,10 @@ class PolicyRun:
     """Tool steps whose arguments reached the resolver (i.e. were not failed before)."""
     llm_args: dict[int, dict[str, str]] = field(default_factory=dict)
     """Per step, the arguments the fallback filled and why (hinted, path, type, text)."""
+    grounding: dict[str, int] = field(default_factory=dict)
+    """Values by how they were filled and grounded: ``llm_grounded``, ``llm_free``,
+    ``llm_ungrounded`` (kept under ``warn``), ``filtered``, and ``ungrounded_failures``
+    (steps failed ``RESOLUTION_UNGROUNDED``)."""
 
 
 def _why_llm(value: Any, results: Mapping[int, StepResult], dialect: str | None) -> str:
@@ -500,6 +572,7 @@ async def run_policy(
     policy: str,
     *,
     error_payload_keys: tuple[str, ...] = ("error",),
+    options: Mapping[str, Any] | None = None,
 ) -> PolicyRun:
     """Run ``plan`` over ``tools`` with the real `Executor` under one policy.
 
@@ -508,6 +581,7 @@ async def run_policy(
         tools: Fresh tools (not shared with another run).
         policy: One of `POLICIES`.
         error_payload_keys: Output keys that mark a tool error.
+        options: Keyword arguments of planexec's `ArgResolver` (``STAGES``).
 
     Returns:
         The calls counted under purpose ``resolve`` and how each step ended.
@@ -518,7 +592,7 @@ async def run_policy(
     usage = Usage()
     resolver: ArgResolver
     if policy == "planexec":  # the run-bound client counts the fallback's calls in `usage`
-        resolver = ArgResolver(ModelClient(fake_model(), usage=usage))
+        resolver = ArgResolver(ModelClient(fake_model(), usage=usage), **(options or {}))
     else:
         resolver = BaselineResolver(policy, dialect=plan.dialect, usage=usage)
     resolved = 0
@@ -541,7 +615,16 @@ async def run_policy(
     results = await executor.run(plan)
     by_id = {r.step_id: r for r in results}
     llm_args: dict[int, dict[str, str]] = {}
+    grounding: Counter[str] = Counter()
     for r in results:
+        if r.error_kind is ErrorKind.RESOLUTION_UNGROUNDED:
+            grounding["ungrounded_failures"] += 1
+        for a, m in r.resolution.items():
+            if m is ResolutionMethod.FILTERED:
+                grounding["filtered"] += 1
+            elif m is ResolutionMethod.LLM:
+                g = r.grounding.get(a)
+                grounding[f"llm_{g.status if g is not None else 'unknown'}"] += 1
         llm = [a for a, m in r.resolution.items() if m is ResolutionMethod.LLM]
         if not llm:
             continue
@@ -556,6 +639,7 @@ async def run_policy(
         statuses={r.step_id: str(r.status) for r in sorted(results, key=lambda r: r.step_id)},
         resolved_steps=resolved,
         llm_args=llm_args,
+        grounding=dict(grounding),
     )
 
 
@@ -598,6 +682,8 @@ class PlanReport:
     """Whether every policy's run ended every step the same way."""
     planexec_calls_flat: int | None = None
     """Corpus plans: planexec's calls when no path can be followed (flat outputs)."""
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """planexec's resolver per `STAGES` entry: ``calls`` and ``grounding`` counts."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON row."""
@@ -621,6 +707,7 @@ class PlanReport:
             "statuses": self.statuses,
             "consistent": self.consistent,
             "planexec_calls_flat_outputs": self.planexec_calls_flat,
+            "stages": self.stages,
         }
 
 
@@ -638,6 +725,13 @@ async def measure_plan(
         for p in POLICIES
     }
     mine = runs["planexec"]
+    stages: dict[str, dict[str, Any]] = {}
+    for stage, options in STAGES.items():
+        run = mine if not options else await run_policy(
+            plan, tools_factory(), "planexec", error_payload_keys=error_payload_keys,
+            options=options,
+        )
+        stages[stage] = {"calls": run.resolve_calls, "grounding": run.grounding}
     reasons: Counter[str] = Counter()
     for per_arg in mine.llm_args.values():
         reasons.update(per_arg.values())
@@ -658,6 +752,7 @@ async def measure_plan(
         fallback_steps=mine.llm_args,
         statuses=dict(sorted(Counter(mine.statuses.values()).items())),
         consistent=all(r.statuses == mine.statuses for r in runs.values()),
+        stages=stages,
     )
 
 
@@ -689,7 +784,7 @@ async def measure_all(corpus: Path | None) -> dict[str, Any]:
                 continue
 
             def factory(plan: Plan = plan) -> list[BaseTool]:
-                return corpus_tools(plan)
+                return corpus_tools(plan, hinted=True)
 
             row = await measure_plan(plan, path.stem, "corpus", factory, error_payload_keys=())
             flat = await run_policy(
@@ -734,6 +829,24 @@ def _totals(rows: Sequence[PlanReport]) -> dict[str, Any]:
         reasons.update(r.fallback_args)
     out["fallback_args"] = dict(sorted(reasons.items()))
     out["inconsistent_plans"] = [r.name for r in rows if not r.consistent]
+    stages: dict[str, Any] = {}
+    for stage in STAGES:
+        calls = sum(int(r.stages[stage]["calls"]) for r in rows if stage in r.stages)
+        counts: Counter[str] = Counter()
+        for r in rows:
+            counts.update(r.stages.get(stage, {}).get("grounding", {}))
+        llm = sum(v for k, v in counts.items() if k.startswith("llm_"))
+        stages[stage] = {
+            "calls": calls,
+            "calls_per_placeholder_step": _ratio(calls, out["baseline_a_calls"]),
+            "grounding": dict(sorted(counts.items())),
+            "llm_values": llm,
+            "llm_grounded_share": _ratio(counts["llm_grounded"], llm),
+            "filled_grounded_share": _ratio(
+                counts["llm_grounded"] + counts["filtered"], llm + counts["filtered"]
+            ),
+        }
+    out["stages"] = stages
     return out
 
 
@@ -763,6 +876,16 @@ def _table(report: Mapping[str, Any]) -> str:
             f"{fmt(t['ratio_planexec_to_b'])}  "
             + ", ".join(f"{k}={v}" for k, v in t["fallback_args"].items())
         )
+    for src, t in report["totals"].items():
+        for stage, s in t.get("stages", {}).items():
+            share = s["llm_grounded_share"]
+            lines.append(
+                f"{src:6} {stage:12} calls {s['calls']:3}  per placeholder step "
+                f"{fmt(s['calls_per_placeholder_step']).strip()}  LLM values {s['llm_values']:3}"
+                f"  grounded share {'-' if share is None else share} (all filled "
+                f"{s['filled_grounded_share']})  "
+                + ", ".join(f"{k}={v}" for k, v in s["grounding"].items())
+            )
     corpus = report["totals"]["corpus"]
     if "planexec_calls_flat_outputs" in corpus:
         lines.append(

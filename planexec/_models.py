@@ -40,7 +40,8 @@ class ModelCall:
     step_id: int | None = None
     """The step the call serves (resolution, reasoning), if any."""
     keys: tuple[str, ...] = ()
-    """For ``resolve``: the arguments the reply must fill, in order."""
+    """For ``resolve``: the arguments the reply must fill, in order; for ``select``: the
+    candidate tools' qualified names."""
     run_id: str = "-"
     """The run."""
 

@@ -34,7 +34,9 @@ class RayOptions(BaseModel):
     what it asks for as long as it lives.
     """
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
 
     num_cpus: float | None = Field(default=None, ge=0)
     """CPUs the task needs (fractions allowed, e.g. 0.25 for I/O-bound tools)."""
@@ -77,7 +79,9 @@ class RayOptions(BaseModel):
 class RaySettings(BaseModel):
     """How the Ray backend reaches the cluster and what tool tasks ask for."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
 
     address: str | None = None
     """Cluster address: ``auto`` (the ``ray start`` cluster of this machine),

@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
-__all__ = ["snippet"]
+import json
+from typing import Any
+
+from planexec.results import jsonable
+
+__all__ = ["as_text", "cut", "snippet"]
+
+
+def cut(text: str, budget: int) -> str:
+    """``text``, or its first ``budget`` characters with a marker saying how much was cut."""
+    if len(text) <= budget:
+        return text
+    return f"{text[: max(0, budget)]}… [cut: {budget} of {len(text)} characters shown]"
+
+
+def as_text(value: Any) -> str:
+    """A value as text for messages and prompts: strings as they are, others as JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(jsonable(value), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def snippet(text: str, width: int = 60) -> str:

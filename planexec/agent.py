@@ -15,7 +15,9 @@ One run, in order:
    as feedback); ``REPLAN`` asks for a new plan that keeps the succeeded steps (they are
    shown to the planner, may be referenced and are not run again); ``STOP`` ends the
    run. A blocked step (``UPSTREAM_FAILED``) follows its cause: it re-runs when its
-   cause does;
+   cause does. A plan whose reply was cut off inside a step (`planexec.planner.cut_off`)
+   runs what is complete, then ``PLAN_INCOMPLETE`` re-plans for the rest (the prompt
+   says where the reply was cut) or ends the run ``INCOMPLETE`` — never ``SUCCEEDED``;
 4. **answer** — with a model, a summarizer answers from the step results (failed steps
    are shown as failed, never as evidence; purpose ``answer``); without one the run
    carries the structured results only;
@@ -72,7 +74,14 @@ from planexec.output import (
     without_output_step,
 )
 from planexec.plan import Plan, Step, to_jsonable
-from planexec.planner import FINAL_STEP_TOOL, Planner, ReplanContext, same_call
+from planexec.planner import (
+    FINAL_STEP_TOOL,
+    CutOff,
+    Planner,
+    ReplanContext,
+    cut_off,
+    same_call,
+)
 from planexec.recovery import (
     Action,
     Decision,
@@ -123,6 +132,10 @@ class _RunCtx:
     """Whether a ``REPLAN`` decision may re-plan (off for a given plan: `execute_plan`)."""
     failed_destructive: list[tuple[int, Step, StepResult]] = field(default_factory=list)
     """Calls of destructive tools that started and failed: (plan version, step, result)."""
+    cut: CutOff | None = None
+    """Where the current plan's reply was cut off (None: the plan is complete)."""
+    cut_results: dict[int, StepResult] = field(default_factory=dict)
+    """The current plan's steps cut off inside, recorded as not run (SKIPPED)."""
 
 
 class _Replan(Exception):
@@ -238,8 +251,9 @@ class PlanExecuteAgent:
             event_handlers: Extra subscribers for this run's events.
 
         Returns:
-            The finished `Run` (``SUCCEEDED`` or ``FAILED``; failures are in it, not
-            raised).
+            The finished `Run` (``SUCCEEDED``, ``FAILED``, or ``INCOMPLETE`` when a plan
+            reply was cut off and the re-plan budget is spent; failures are in it, not
+            raised). A cut-off plan re-plans for the rest (``PLAN_INCOMPLETE``).
 
         Raises:
             asyncio.CancelledError: the run was cancelled (``last_run`` is CANCELLED).
@@ -269,7 +283,9 @@ class PlanExecuteAgent:
         steps are skipped, there is no prose answer and the `Run` carries the structured
         step results. A failure whose action is ``REPLAN`` stops the run, also when the
         agent has a model (the model then serves the resolver's fallback, reasoning
-        steps, the typed output's mapping and the answer — never the planner).
+        steps, tool selection, the typed output's mapping and the answer — never the
+        planner). A plan whose text was cut off inside a step runs what is complete
+        and ends ``INCOMPLETE`` (``PLAN_INCOMPLETE``), never ``SUCCEEDED``.
 
         Raises:
             PlanParseError: the text holds no plan.
@@ -483,6 +499,8 @@ class PlanExecuteAgent:
             except _Stop as stop:
                 cancelled = stop.kind is ErrorKind.CANCELLED
                 run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+                if stop.kind is ErrorKind.PLAN_INCOMPLETE:  # what was complete ran; not a success
+                    run.status = RunStatus.INCOMPLETE
                 run.error, run.error_kind = stop.message, stop.kind
             if run.status is not RunStatus.CANCELLED and run.error_kind is not (
                 ErrorKind.MODEL_ERROR
@@ -578,6 +596,8 @@ class PlanExecuteAgent:
             first = False
             version = attempt.version
             ctx.current = attempt
+            ctx.cut = cut_off(plan) if plan is not None else None
+            ctx.cut_results = {}
             try:
                 if plan is None:
                     failure = Failure(
@@ -602,13 +622,80 @@ class PlanExecuteAgent:
                         await self._decide_round(ctx, [failure], plan, known, text)
                         raise AssertionError("unreachable")  # pragma: no cover
                     to_run = without_output_step(plan)  # instantiated in _typed_output
+                if ctx.cut is not None:
+                    to_run, known = await self._skip_cut(ctx, to_run, known, attempt)
                 latest = await self._execute(ctx, to_run, known, attempt)
                 if ctx.run.status is RunStatus.CANCELLED:
                     return
+                if ctx.cut is not None:
+                    await self._incomplete(ctx, plan, {**ctx.cut_results, **latest}, text)
                 await self._conclude(ctx, plan, latest, text)
                 return
             except _Replan as r:
                 replan = r.ctx
+
+    async def _skip_cut(
+        self,
+        ctx: _RunCtx,
+        plan: Plan,
+        known: Mapping[int, StepResult],
+        attempt: PlanAttempt,
+    ) -> tuple[Plan, Mapping[int, StepResult]]:
+        """Record the steps the reply was cut off inside as not run; return the rest.
+
+        Their results (SKIPPED, with a note saying where the reply was cut) are given to
+        the executor as prior results, so a step referring to one is blocked.
+        """
+        cut = ctx.cut
+        assert cut is not None
+        cut_ids = set(cut.unrunnable) & set(plan.ids)
+        if not cut_ids:
+            return plan, known
+        note = f"not run: {cut.describe()}"
+        for sid in sorted(cut_ids):
+            step = plan.step(sid)
+            result = StepResult(
+                step_id=sid,
+                tool=step.tool,
+                status=StepStatus.SKIPPED,
+                server=step.server,
+                note=note,
+                started_at=time.time(),
+                duration=0.0,
+            )
+            step_log(ctx.run.run_id, sid).warning("step {}: {}", sid, note)
+            ctx.cut_results[sid] = result
+            attempt.results.append(result)
+            await ctx.bus.emit(
+                StepFinished(run_id=ctx.run.run_id, result=result, plan_version=attempt.version)
+            )
+        rest = replace(plan, steps=tuple(s for s in plan.steps if s.id not in cut_ids))
+        return rest, {**known, **ctx.cut_results}
+
+    async def _incomplete(
+        self, ctx: _RunCtx, plan: Plan, latest: Mapping[int, StepResult], text: str
+    ) -> None:
+        """The plan ran as far as it was complete: re-plan for the rest, or end INCOMPLETE.
+
+        Raises:
+            _Replan: the policy re-plans ``PLAN_INCOMPLETE`` (the prompt says where the
+                reply was cut and asks for the rest; succeeded steps are kept).
+            _Stop: it may not (``execute_plan``, budget spent): the run ends INCOMPLETE.
+        """
+        cut = ctx.cut
+        assert cut is not None and ctx.current is not None
+        ran = sum(1 for r in latest.values() if r.ok)
+        failure = Failure(
+            ErrorKind.PLAN_INCOMPLETE,
+            f"plan {ctx.current.version} is incomplete: {cut.describe()}; {ran} step(s) "
+            "succeeded, the rest of the plan is missing",
+            step_id=cut.step,
+            plan_version=ctx.current.version,
+        )
+        decisions = await self._decide_round(ctx, [failure], plan, latest, text)
+        # a table that neither re-plans nor stops (RERESOLVE, RETRY_STEP) cannot add steps
+        reason = decisions[0].reason if decisions else "no action"
+        raise _Stop(ErrorKind.PLAN_INCOMPLETE, f"{failure.message} — {reason}")
 
     async def _execute(
         self, ctx: _RunCtx, plan: Plan, prior: Mapping[int, StepResult], attempt: PlanAttempt
@@ -728,10 +815,14 @@ class PlanExecuteAgent:
         """The root failures of a round (a blocked step follows its cause)."""
         failures: list[Failure] = []
         blocked: list[StepResult] = []
+        cut = set(ctx.cut_results)  # steps the reply was cut off inside (not run)
         for r in sorted(latest.values(), key=lambda r: r.step_id):
             if r.ok or r.status is StepStatus.SKIPPED:
                 continue
             if r.error_kind is ErrorKind.UPSTREAM_FAILED:
+                if r.failure is not None and r.failure.upstream in cut:
+                    cut.add(r.step_id)  # blocked by the cut: part of what is missing
+                    continue
                 blocked.append(r)
                 continue
             failures.append(Failure.from_result(r, safe=self._is_safe(r), plan_version=version))
@@ -861,6 +952,7 @@ class PlanExecuteAgent:
                 elif not r.ok:
                     failed.append(r)
         return ReplanContext(
+            cut=ctx.cut if plan is not None else None,
             reason=why or (lesson or "re-plan"),
             version=_next_version(run),
             previous_plan=plan,

@@ -2,6 +2,11 @@
 
 Each group of subcommands lives in its own module under `planexec.commands` and
 registers itself through a ``register(subparsers)`` function; ``main`` only wires them.
+
+Every error is one line on standard error, ``planexec: error: ...``, with exit status 2:
+bad arguments (checked by argparse types, e.g. ``--timeout 0``), files that cannot be
+read or are not UTF-8 text, invalid settings, and operating-system errors (a port in
+use). Ctrl-C exits 130 (see `planexec.commands._interrupt`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from planexec.errors import PlanexecError
 
@@ -27,9 +33,28 @@ COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``planexec run: error: ...``)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error on one line, with where to find the usage; exit 2."""
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: str) -> str:
+    """A message on one line: its lines joined, after a colon with a space, else with "; "."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    out = lines[0]
+    for line in lines[1:]:
+        out += (" " if out.endswith(":") else "; ") + line
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="planexec",
         description="Plan-and-execute tool calling that never drops an argument silently.",
     )
@@ -80,7 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = args.func(args)
     except PlanexecError as exc:
-        print(f"planexec: error: {exc}", file=sys.stderr)
+        print(f"planexec: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:  # a file read by code that does not say which
+        print(f"planexec: error: a file is not UTF-8 text: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the port is in use
+        print(f"planexec: error: {one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("planexec: interrupted", file=sys.stderr)

@@ -18,6 +18,12 @@ YAML file::
     [executor]
     max_concurrency = 4
     tool_timeouts = { history = 10.0 }
+    run_timeout = 600.0
+    max_output_chars = 1000000
+    tool_output_limits = { fetch = 5000000 }
+
+Every float setting must be finite (NaN and infinity are refused) and every timeout
+above zero.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import functools
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -54,7 +60,14 @@ __all__ = [
 
 
 class _Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    # allow_inf_nan=False: no float setting may be NaN or infinite (``1e999`` in TOML).
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
+
+
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A finite number of seconds above zero."""
 
 
 class RetrySettings(_Settings):
@@ -92,8 +105,23 @@ class ExecutorSettings(_Settings):
     """Seconds a whole step may take (resolution, calls and retries); None for no limit."""
     tool_timeout: float | None = Field(default=None, gt=0)
     """Seconds one tool call may take, unless ``tool_timeouts`` names the tool."""
-    tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    tool_timeouts: dict[str, PositiveSeconds] = Field(default_factory=dict)
     """Per-tool call timeouts in seconds, by tool name or qualified ``server.name``."""
+    run_timeout: float | None = Field(default=600.0, gt=0)
+    """Seconds one execution of a plan (`Executor.run`) may take; None for no limit.
+
+    When it runs out, the steps still running are cancelled without waiting for tools
+    that ignore cancellation (they are left running, detached, and logged), the steps
+    not started are recorded ``CANCELLED``, and the run ends ``CANCELLED`` with the
+    reason ``run timeout of Ns exceeded``.
+    """
+    max_output_chars: int | None = Field(default=1_000_000, ge=1)
+    """The largest tool output kept, in characters (its text, or its JSON encoding);
+    None for no limit. A larger output fails the step with ``TOOL_ERROR`` naming its
+    size and the limit: it is not truncated (no value is ever silently changed)."""
+    tool_output_limits: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    """Per-tool output limits in characters, by tool name or qualified ``server.name``
+    (they replace ``max_output_chars`` for that tool)."""
     error_payload_keys: tuple[str, ...] = ("error",)
     """Keys of a dict output that mark it as an error payload (``{"error": ...}``)."""
     empty_output: Literal["fail", "warn"] = "fail"
@@ -130,12 +158,29 @@ class ExecutorSettings(_Settings):
                 return self.tool_timeouts[key]
         return self.tool_timeout
 
+    def output_limit_for(self, spec: ToolSpec) -> int | None:
+        """The output limit of a tool, in characters.
+
+        ``tool_output_limits`` by qualified name (``server.name``), then by name, then
+        ``max_output_chars``.
+        """
+        for key in (spec.qualified_name, spec.name):
+            if key in self.tool_output_limits:
+                return self.tool_output_limits[key]
+        return self.max_output_chars
+
 
 class ResolverSettings(_Settings):
     """How arguments are resolved."""
 
     output_budget: int = Field(default=4000, ge=100)
     """Characters of each referenced output shown to the LLM fallback."""
+    ungrounded: Literal["warn", "reresolve", "fail"] = "reresolve"
+    """What a value the LLM fallback filled does when it occurs nowhere in the referenced
+    outputs though values like it do (an identifier; free text is never held to it):
+    ``warn`` (event, flag on the step), ``reresolve`` (ask once more, showing the
+    values that do occur; then fail) or ``fail`` (``RESOLUTION_UNGROUNDED``). See
+    docs/resolution.md, "Grounding"."""
 
 
 class ModelSettings(_Settings):
@@ -265,6 +310,11 @@ def load_config(path: str | Path) -> AgentConfig:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(p)!r}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"cannot read config file {str(p)!r}: it is not UTF-8 text "
+            f"(byte {exc.start}: {exc.reason})"
+        ) from exc
     data: Any
     suffix = p.suffix.lower()
     try:

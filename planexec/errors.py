@@ -50,8 +50,13 @@ class ErrorKind(StrEnum):
 
     PLAN_PARSE = "PLAN_PARSE"
     """No usable plan."""
+    PLAN_INCOMPLETE = "PLAN_INCOMPLETE"
+    """The planner's reply was cut off inside a step: the plan's end is missing."""
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     """The plan names a tool that does not exist."""
+    TOOL_SELECTION_FAILED = "TOOL_SELECTION_FAILED"
+    """A step naming an agent or server but no tool got no usable tool by selection
+    (no model to select with, no candidate, or an unusable choice after one retry)."""
     ARGS_SYNTAX = "ARGS_SYNTAX"
     """``#Args`` could not be read."""
     MISSING_REFERENCE = "MISSING_REFERENCE"
@@ -60,6 +65,9 @@ class ErrorKind(StrEnum):
     """A referenced step failed or was blocked."""
     RESOLUTION_FAILED = "RESOLUTION_FAILED"
     """The LLM fallback gave nothing usable after its retry, or none was available."""
+    RESOLUTION_UNGROUNDED = "RESOLUTION_UNGROUNDED"
+    """The LLM fallback's value occurs nowhere in the referenced outputs, though values
+    like it do (``resolver.ungrounded``; docs/resolution.md, "Grounding")."""
     ARGS_INVALID = "ARGS_INVALID"
     """Resolved arguments fail the tool's schema."""
     TOOL_ERROR = "TOOL_ERROR"

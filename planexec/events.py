@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planexec.errors import ErrorKind
+from planexec.grounding import Grounding
 from planexec.plan import Plan
 from planexec.results import ResolutionMethod, StepResult
 
@@ -86,6 +87,8 @@ class ArgResolved(Event):
     step_id: int
     arg: str
     method: ResolutionMethod
+    grounding: Grounding | None = None
+    """Where the value comes from, for the methods ``filtered`` and ``llm``."""
 
 
 @dataclass(frozen=True, kw_only=True)

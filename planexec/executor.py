@@ -19,10 +19,26 @@ For each step, in order:
    backoff and jitter only when the tool is safe (read-only or idempotent, not
    destructive). Exceptions, ``is_error`` results and error payloads are
    ``TOOL_ERROR``; a timeout is ``TOOL_TIMEOUT``; an empty output is ``EMPTY_OUTPUT``.
+   An argument that is NaN or infinite is ``ARGS_INVALID`` (the tool is not called).
+   The call runs in a task of its own: a timeout (or a cancellation of the step or
+   the run) never waits for the tool, so a tool that ignores cancellation is left
+   running, detached and logged (a sync tool's thread cannot be stopped at all: it is
+   abandoned). An output over ``max_output_chars`` (or the tool's
+   ``tool_output_limits``), one that contains itself or is nested deeper than
+   `planexec.results.MAX_JSON_DEPTH` is ``TOOL_ERROR`` and is not kept; what JSON
+   cannot keep of an output (colliding keys, objects that are not JSON data) is a
+   ``OUTPUT_NOT_JSON`` warning event and a note on the step.
+
+``run_timeout`` bounds one `Executor.run`: when it runs out the run is cancelled as by
+`Executor.cancel`, with the reason in `Executor.cancel_reason` and on the steps.
 
 A step without a tool is a reasoning step: a `Reasoner` answers its task from its
 dependencies' outputs; without one it is ``SKIPPED`` with a note. Its own
-``expected_output`` is never used as a result.
+``expected_output`` is never used as a result. A step that names an agent or server but
+no tool (`planexec.plan.Step.selects_tool`; not ``#Tool: none``) is no reasoning step: a
+`ToolSelector` chooses one of that server's tools and fills its arguments (method
+``selected``, a ``TOOL_SELECTED`` event and a note naming the tool), then the call goes
+on as in 4-6; without a selector it fails with ``TOOL_SELECTION_FAILED``.
 
 Each step's `StepFinished` event is awaited through the `EventBus` before any step
 that depends on it starts, so a store subscribed to the bus has recorded it.
@@ -32,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -41,16 +57,19 @@ from types import MappingProxyType
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from planexec._log import step_log
+from planexec._text import as_text as _as_text
+from planexec._text import cut as _cut
 from planexec.config import ExecutorSettings
 from planexec.errors import CircuitOpenError, ErrorKind, ModelError
 from planexec.events import (
+    ArgResolved,
     EventBus,
     FallbackUsed,
     StepFinished,
     StepStarted,
     ToolCallStarted,
 )
-from planexec.parsing.refs import contains_placeholder
+from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Plan, Ref, Step, Template, iter_refs
 from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
@@ -60,9 +79,17 @@ from planexec.results import (
     StepResult,
     StepStatus,
     Usage,
-    jsonable,
 )
-from planexec.tools import ToolCatalog, ToolSpec, error_payload, invoke_tool, normalize_output
+from planexec.selection import SelectionFailure, ToolChoice
+from planexec.tools import (
+    ToolCatalog,
+    ToolOutputError,
+    ToolSpec,
+    check_output,
+    error_payload,
+    invoke_tool,
+    sync_only,
+)
 
 __all__ = [
     "REUSED_NOTE",
@@ -71,6 +98,7 @@ __all__ = [
     "LocalToolRunner",
     "Reasoner",
     "ToolRunner",
+    "ToolSelector",
 ]
 
 REUSED_NOTE = "reused: succeeded earlier"
@@ -94,7 +122,10 @@ class ToolRunner(Protocol):
 
 
 class LocalToolRunner:
-    """Calls tools in this process, on the running event loop."""
+    """Calls tools in this process (see `planexec.tools.invoke_tool`).
+
+    Async tools run on the running event loop, sync ones in a daemon thread of their own.
+    """
 
     async def call(self, spec: ToolSpec, args: dict[str, Any]) -> Any:
         """Call the tool through `planexec.tools.invoke_tool`."""
@@ -110,19 +141,23 @@ class Reasoner(Protocol):
         ...
 
 
-def _cut(text: str, budget: int) -> str:
-    if len(text) <= budget:
-        return text
-    return f"{text[: max(0, budget)]}… [cut: {budget} of {len(text)} characters shown]"
+@runtime_checkable
+class ToolSelector(Protocol):
+    """Chooses the tool of a step that names an agent or server but no tool.
 
+    `planexec.selection.ModelToolSelector` is the model-backed one.
+    """
 
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(jsonable(value), ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
+    async def select(
+        self,
+        step: Step,
+        catalog: ToolCatalog,
+        inputs: Mapping[int, StepResult],
+        *,
+        feedback: StepError | None = None,
+    ) -> ToolChoice | SelectionFailure:
+        """Return the chosen tool with validated arguments, or why there is none."""
+        ...
 
 
 class _AttemptFailed(Exception):
@@ -244,10 +279,14 @@ class _Ctx:
     phase: str = "starting"
     args: dict[str, Any] | None = None
     resolution: dict[str, ResolutionMethod] = field(default_factory=dict)
+    grounding: dict[str, Any] = field(default_factory=dict)
+    """Where filled-in argument values come from (`planexec.grounding.Grounding`)."""
     llm_calls: int = 0
     attempts: int = 0
     server: str | None = None
     tool: str | None = None
+    note: str | None = None
+    """A remark put on the step's result whatever its end (e.g. the tool selected)."""
 
 
 class Executor:
@@ -272,6 +311,7 @@ class Executor:
         *,
         config: ExecutorSettings | None = None,
         reasoner: Reasoner | None = None,
+        selector: ToolSelector | None = None,
         bus: EventBus | None = None,
         run_id: str = "-",
         usage: Usage | None = None,
@@ -291,6 +331,8 @@ class Executor:
             config: Concurrency, timeouts, retries, error payloads, empty outputs
                 (`planexec.config.ExecutorSettings`; its defaults otherwise).
             reasoner: Answers reasoning steps; without one they are skipped.
+            selector: Chooses the tool of a step that names an agent or server but no
+                tool; without one such a step fails (``TOOL_SELECTION_FAILED``).
             bus: Where events go (awaited in order).
             run_id: The run id, bound to logs and events.
             usage: Where tool calls are counted (a new `Usage` otherwise). Model calls
@@ -326,6 +368,8 @@ class Executor:
             attach(catalog)
         self.reasoner = reasoner
         """Answers reasoning steps (None: they are skipped)."""
+        self.selector = selector
+        """Chooses tools for steps naming an agent or server but no tool (None: they fail)."""
         self.results: dict[int, StepResult] = {}
         """Every result known in the current run (prior ones included), by step id."""
         self.reused: set[int] = set()
@@ -335,16 +379,24 @@ class Executor:
         self._dialect: str | None = None
         self._finished: asyncio.Queue[int | None] | None = None
         self._last_cancelled = False
+        self._cancel_reason: str | None = None
+        self._last_cancel_reason: str | None = None
+        self._detached: set[asyncio.Future[Any]] = set()
 
     # ------------------------------------------------------------------ public API
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str | None = None) -> None:
         """Stop the current run: running steps and steps not started become CANCELLED.
 
         `run` then returns normally with the results so far, and `cancelled` is true.
         Called while no run is under way, it cancels the next one at once. Call it from
-        the event loop's thread.
+        the event loop's thread. Running tool calls are cancelled and not waited for.
+
+        Args:
+            reason: Why (kept in `cancel_reason` and put on the cancelled steps).
         """
+        if reason is not None and self._cancel_reason is None:
+            self._cancel_reason = reason
         self._cancel.set()
         if self._finished is not None:
             self._finished.put_nowait(None)  # wake the scheduler up
@@ -353,6 +405,24 @@ class Executor:
     def cancelled(self) -> bool:
         """Whether `cancel` was called (and stopped the last run, or will stop the next)."""
         return self._cancel.is_set() or self._last_cancelled
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the current (or last) run was cancelled, when a reason was given.
+
+        ``run timeout of Ns exceeded`` when ``run_timeout`` ran out.
+        """
+        return self._cancel_reason or self._last_cancel_reason
+
+    @property
+    def detached_calls(self) -> int:
+        """Abandoned tool calls (timed out or cancelled) that have not ended yet."""
+        return sum(1 for call in self._detached if not call.done())
+
+    def _run_timed_out(self, limit: float) -> None:
+        reason = f"run timeout of {limit}s exceeded"
+        step_log(self.run_id, None).warning("{}: cancelling the run", reason)
+        self.cancel(reason)
 
     async def run(
         self,
@@ -385,6 +455,7 @@ class Executor:
         self._plan_version = plan_version
         self._dialect = plan.dialect
         self._last_cancelled = False
+        self._last_cancel_reason = None
         feedback = feedback or {}
         self.results = {}
         self.reused = set()
@@ -425,6 +496,12 @@ class Executor:
         finished: asyncio.Queue[int | None] = asyncio.Queue()
         self._finished = finished
         limit = self.config.max_concurrency
+        run_timeout = self.config.run_timeout
+        timer = (
+            asyncio.get_running_loop().call_later(run_timeout, self._run_timed_out, run_timeout)
+            if run_timeout is not None
+            else None
+        )
 
         try:
             while ready or running:
@@ -454,9 +531,13 @@ class Executor:
             await self._cancel_rest(to_run, running, order)
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             self._finished = None
             cancelled, self._cancel = self._cancel.is_set(), asyncio.Event()
             self._last_cancelled = cancelled
+            self._last_cancel_reason = self._cancel_reason if cancelled else None
+            self._cancel_reason = None
         if cancelled:
             await self._cancel_rest(to_run, running, order)
         elif len(order) < len(steps):
@@ -503,7 +584,8 @@ class Executor:
         for s in to_run:
             if s.id in self.results:
                 continue
-            message = f"step {s.id}: cancelled before it started"
+            why = f" ({self.cancel_reason})" if self.cancel_reason else ""
+            message = f"step {s.id}: cancelled before it started{why}"
             step_log(self.run_id, s.id).warning(message)
             await self._finish(
                 _not_started(
@@ -541,6 +623,7 @@ class Executor:
             kind, what = {
                 "resolving": (ErrorKind.RESOLUTION_FAILED, "while resolving its arguments"),
                 "reasoning": (ErrorKind.MODEL_ERROR, "while its model was reasoning"),
+                "selecting": (ErrorKind.MODEL_ERROR, "while its model was selecting a tool"),
             }.get(ctx.phase, (ErrorKind.TOOL_TIMEOUT, f"while calling tool {step.tool!r}"))
             limit = self.config.step_timeout
             why = f"step timeout of {limit}s exceeded" if limit is not None else "timed out"
@@ -552,11 +635,12 @@ class Executor:
         except asyncio.CancelledError:
             # Only the scheduler cancels step tasks (on `cancel` or when `run` itself is
             # cancelled); it records the result and the scheduler decides what to raise.
+            why = f" ({self.cancel_reason})" if self.cancel_reason else ""
             result = self._result(
                 ctx,
                 StepStatus.CANCELLED,
                 ErrorKind.CANCELLED,
-                f"step {step.id}: cancelled while {ctx.phase}",
+                f"step {step.id}: cancelled while {ctx.phase}{why}",
             )
             step_log(self.run_id, step.id).warning(result.error)
         await self._finish(result)
@@ -578,6 +662,7 @@ class Executor:
             "error": message,
             "error_kind": kind,
             "resolution": dict(ctx.resolution),
+            "grounding": dict(ctx.grounding),
             "llm_calls": ctx.llm_calls,
             "attempts": ctx.attempts,
             "started_at": ctx.started_at,
@@ -587,6 +672,9 @@ class Executor:
         if ctx.attempts:
             values["args"] = ctx.args
         values.update(fields)
+        if ctx.note:
+            note = values.get("note")
+            values["note"] = _join_note(ctx.note, note) if note else ctx.note
         return StepResult(**values)
 
     # ------------------------------------------------------------------ one step
@@ -629,8 +717,11 @@ class Executor:
             )
         )
         if spec is None:
+            if step.selects_tool:  # an agent or server but no tool: select, never reason
+                return await self._select(ctx, results, feedback)
             return await self._reason(ctx, results)
 
+        self._check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})  # literals
         ctx.phase = "resolving"
         resolved = await self.resolver.resolve(
             step,
@@ -642,6 +733,7 @@ class Executor:
         )
         ctx.llm_calls += resolved.llm_calls
         ctx.resolution = dict(resolved.methods)  # partial on a failure
+        ctx.grounding = dict(resolved.grounding)
         if isinstance(resolved, ResolutionFailure):
             named = _named(step.id, resolved.message)
             raise _StepFailed(
@@ -649,7 +741,7 @@ class Executor:
             )
         args = dict(resolved.args)
         ctx.phase = "calling"
-        self._check_invariant(step, args)
+        self._check_invariant(step, args, spec)
 
         if self.guard is not None:
             ctx.phase = "guard"
@@ -767,8 +859,28 @@ class Executor:
                     ),
                 )
 
-    def _check_invariant(self, step: Step, args: Mapping[str, Any]) -> None:
+    def _check_invariant(
+        self, step: Step, args: Mapping[str, Any], spec: ToolSpec | None = None
+    ) -> None:
+        written = dict(zip(spec.arg_names, step.positional, strict=False)) if spec else {}
+        written.update(step.args)  # each argument as the plan wrote it
+        props = spec.json_schema.get("properties", {}) if spec else {}
         for name, value in args.items():
+            odd = find_malformed(written.get(name), dialect=self._dialect or "hashstep")
+            if odd and not is_free_text(props.get(name)):  # REF_MALFORMED: never half-resolved
+                message = (
+                    f"step {step.id}: argument {name!r} holds {odd[0][1]!r}, which begins like "
+                    "a reference but is not one (see the REF_MALFORMED diagnostic); the tool "
+                    "was not called"
+                )
+                raise _StepFailed(
+                    StepStatus.FAILED,
+                    ErrorKind.ARGS_SYNTAX,
+                    message,
+                    failure=StepError(
+                        ErrorKind.ARGS_SYNTAX, message, args=(name,), literal_args=(name,)
+                    ),
+                )
             bad = _unresolved(value, self._dialect)
             if bad is not None:
                 text = bad.canonical if isinstance(bad, Ref | Template) else _cut(bad, 120)
@@ -782,6 +894,82 @@ class Executor:
                     message,
                     failure=StepError(ErrorKind.RESOLUTION_FAILED, message, args=(name,)),
                 )
+
+    async def _select(
+        self, ctx: _Ctx, results: Mapping[int, StepResult], feedback: StepError | None
+    ) -> StepResult:
+        """Select the tool of a step that names an agent or server but no tool; call it."""
+        step = ctx.step
+        named = f"the agent/server {step.server!r}"
+        if not step.args_valid:
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.ARGS_SYNTAX,
+                f"step {step.id} ({named}, no tool) could not be read as written (see the "
+                "plan's error diagnostics); no tool was selected or called",
+            )
+        if self.selector is None:
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.TOOL_SELECTION_FAILED,
+                f"step {step.id}: names {named} but no tool, and there is no model to "
+                "select one with; not run (it is not a reasoning step: those say "
+                "#Tool: none)",
+            )
+        inputs = {
+            d: results[d]
+            for d in _deps(step)
+            if d in results and results[d].status is StepStatus.SUCCEEDED
+        }
+        ctx.phase = "selecting"
+        try:
+            choice = await self.selector.select(step, self.catalog, inputs, feedback=feedback)
+        except CircuitOpenError as exc:
+            ctx.llm_calls += 1
+            raise _StepFailed(
+                StepStatus.FAILED, ErrorKind.CIRCUIT_OPEN, f"step {step.id}: tool selection: {exc}"
+            ) from exc
+        except ModelError as exc:
+            ctx.llm_calls += 1
+            raise _StepFailed(
+                StepStatus.FAILED, ErrorKind.MODEL_ERROR, f"step {step.id}: tool selection: {exc}"
+            ) from exc
+        ctx.llm_calls += choice.llm_calls
+        if isinstance(choice, SelectionFailure):
+            raise _StepFailed(
+                StepStatus.FAILED, choice.kind, choice.message, failure=choice.to_error()
+            )
+        spec, args = choice.spec, dict(choice.args)
+        ctx.tool, ctx.server = spec.name, spec.server or step.server
+        ctx.note = choice.note
+        ctx.resolution = dict.fromkeys(args, ResolutionMethod.SELECTED)
+        await self.bus.emit(
+            self._warn(
+                step.id,
+                "TOOL_SELECTED",
+                f"step {step.id} names {named} but no tool: {choice.note}; "
+                f"arguments {_short(args)}",
+            )
+        )
+        for name in args:
+            await self.bus.emit(
+                ArgResolved(
+                    run_id=self.run_id, step_id=step.id, arg=name, method=ResolutionMethod.SELECTED
+                )
+            )
+        # the arguments were chosen, not written: nothing in the plan is checked against them
+        chosen = replace(step, tool=spec.name, server=spec.server, args={}, positional=())
+        ctx.phase = "calling"
+        self._check_invariant(chosen, args, spec)
+        if self.guard is not None:
+            ctx.phase = "guard"
+            message = self.guard(chosen, spec.name)
+            if message:
+                raise _StepFailed(
+                    StepStatus.FAILED, ErrorKind.LIMIT_EXCEEDED, _named(step.id, message)
+                )
+            ctx.phase = "calling"
+        return await self._call(ctx, spec, args)
 
     async def _reason(self, ctx: _Ctx, results: Mapping[int, StepResult]) -> StepResult:
         step = ctx.step
@@ -822,13 +1010,110 @@ class Executor:
             return False
         return spec.hints.safe or self.config.retry_unsafe
 
+    def _check_finite(self, ctx: _Ctx, args: Mapping[Any, Any]) -> None:
+        """Refuse NaN and infinite numbers in arguments (``ARGS_INVALID``).
+
+        Checked on the plan's literals before resolution (so that no coercion turns them
+        into something else) and on the resolved arguments before the call.
+        """
+        for key, value in args.items():
+            bad = _non_finite(value)
+            if bad is None:
+                continue
+            name = key if isinstance(key, str) else f"positional argument {key + 1}"
+            message = (
+                f"step {ctx.step.id}: argument {name!r} holds {bad}, which is not a finite "
+                f"number (JSON has no such value; a plan literal like 1e999 overflows to it); "
+                f"the tool was not called"
+            )
+            literal = ctx.resolution.get(name) is ResolutionMethod.LITERAL
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.ARGS_INVALID,
+                message,
+                failure=StepError(
+                    ErrorKind.ARGS_INVALID,
+                    message,
+                    args=(name,),
+                    literal_args=(name,) if literal else (),
+                ),
+            )
+
+    async def _await_call(
+        self, step: Step, spec: ToolSpec, args: dict[str, Any], timeout: float | None
+    ) -> Any:
+        """Make one tool call in a task of its own; wait for it at most ``timeout`` seconds.
+
+        The wait never depends on the tool: on a timeout, or when this step is
+        cancelled, the call is cancelled and not waited for (`_abandon`).
+
+        Raises:
+            TimeoutError: the call took longer than ``timeout``; the message says
+                whether the tool was left running.
+            asyncio.CancelledError: the step was cancelled.
+        """
+        call = asyncio.ensure_future(self.runner.call(spec, args))
+        try:
+            done, _ = await asyncio.wait({call}, timeout=timeout)
+        except asyncio.CancelledError:
+            self._abandon(call, step, spec)
+            raise
+        if call in done:
+            return call.result()
+        self._abandon(call, step, spec)
+        for _ in range(3):  # a tool that honours cancellation ends within a few loop turns
+            if call.done():
+                break
+            await asyncio.sleep(0)
+        if isinstance(self.runner, LocalToolRunner) and sync_only(spec.tool):
+            how = "its thread cannot be stopped: the call was abandoned"
+        elif call.done():
+            how = "the call was cancelled"
+        else:
+            how = "the tool ignored the cancellation: it was left running, detached"
+            step_log(self.run_id, step.id).warning(
+                "step {}: tool {!r} ignored the cancellation after its timeout; "
+                "left running, detached (its result will be dropped)",
+                step.id,
+                spec.name,
+            )
+        raise TimeoutError(how)
+
+    def _abandon(self, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
+        """Cancel a tool call and stop waiting for it; keep it referenced until it ends."""
+        if call.done():
+            return
+        call.cancel()
+        self._detached.add(call)
+        call.add_done_callback(
+            functools.partial(self._detached_done, self.run_id, step.id, spec.name)
+        )
+
+    def _detached_done(
+        self, run_id: str, step_id: int, tool: str, call: asyncio.Future[Any]
+    ) -> None:
+        self._detached.discard(call)
+        if call.cancelled():
+            return
+        exc = call.exception()  # retrieved, so that asyncio does not report it
+        how = f"raised {type(exc).__name__}" if exc is not None else "returned"
+        step_log(run_id, step_id).warning(
+            "step {}: the abandoned call of tool {!r} {} after all; its result was dropped",
+            step_id,
+            tool,
+            how,
+        )
+
     async def _call(self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any]) -> StepResult:
         step = ctx.step
+        self._check_finite(ctx, args)
         ctx.args = args
         breaker = self.breakers.tool(spec.server, spec.name)
         timeout = self.config.timeout_for(spec)
+        output_limit = self.config.output_limit_for(spec)
         policy = self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY
         empties = 0
+        warnings: list[str] = []
 
         def shown() -> str:
             return _short(args)
@@ -857,7 +1142,7 @@ class Executor:
                 )
             )
             try:
-                raw = await asyncio.wait_for(self.runner.call(spec, args), timeout)
+                raw = await self._await_call(step, spec, args, timeout)
             except asyncio.CancelledError:
                 breaker.release()
                 raise
@@ -866,7 +1151,7 @@ class Executor:
                 raise _AttemptFailed(
                     ErrorKind.TOOL_TIMEOUT,
                     f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
-                    f"(args {shown()})",
+                    f"(args {shown()}); {exc}",
                 ) from exc
             except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
                 breaker.record_failure()
@@ -877,7 +1162,17 @@ class Executor:
                     cause=f"{type(exc).__name__}: {_cut(str(exc), 500)}",
                 ) from exc
             breaker.record_success()
-            output, raw_out = normalize_output(raw)
+            try:
+                output, raw_out, found = check_output(raw, limit=output_limit)
+            except ToolOutputError as exc:
+                raise _AttemptFailed(
+                    ErrorKind.TOOL_ERROR,
+                    f"step {step.id}: tool {spec.name!r} returned an output that cannot be "
+                    f"kept: {exc} (args {shown()})",
+                    retry=False,
+                    cause=str(exc),
+                ) from exc
+            warnings[:] = found
             payload = _error_flag(raw) or error_payload(output, self.config.error_payload_keys)
             if payload is not None:
                 raise _AttemptFailed(
@@ -946,9 +1241,30 @@ class Executor:
                 raw_output=failed.raw,
                 failure=StepError(failed.kind, message, cause=failed.cause),
             ) from failed
+        kept: str | None = None
+        if warnings:
+            kept = f"the output differs from what the tool returned: {'; '.join(warnings)}"
+            for warning in warnings:
+                message = f"step {step.id}: tool {spec.name!r}: {warning}"
+                await self.bus.emit(self._warn(step.id, "OUTPUT_NOT_JSON", message))
         return self._result(
-            ctx, StepStatus.SUCCEEDED, None, None, output=output, raw_output=raw_out
+            ctx, StepStatus.SUCCEEDED, None, None, output=output, raw_output=raw_out, note=kept
         )
+
+
+def _non_finite(value: Any) -> str | None:
+    """The first NaN or infinite float in a value (``"nan"``, ``"inf"``), if any."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return repr(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
 
 
 def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:

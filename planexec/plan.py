@@ -212,6 +212,13 @@ class Step:
     """The arguments exactly as written in the plan, if any."""
     server: str | None = None
     """The server or agent named by ``#ServerN`` / ``#AgentN``, if any."""
+    no_tool: bool = False
+    """True when the plan says in so many words that the step calls no tool
+    (``#Tool: none``): it is a reasoning step even when it names an agent or server."""
+    cut_off: bool = False
+    """True when the planner's reply ends inside this step (hashstep): the plan's end is
+    missing (`planexec.planner.cut_off`). An ``#Args`` that merely looks unterminated in
+    the middle of a reply does not set it."""
     depends_on: tuple[int, ...] = ()
     """Steps this one depends on: explicit dependencies ∪ referenced steps, sorted."""
     explicit_deps: tuple[int, ...] = ()
@@ -230,6 +237,15 @@ class Step:
     def is_reasoning(self) -> bool:
         """Whether the step calls no tool."""
         return self.tool is None
+
+    @property
+    def selects_tool(self) -> bool:
+        """Whether the step names an agent or server but no tool (and not ``#Tool: none``).
+
+        Such a step gets its tool by *selection* among that server's tools (see
+        `planexec.selection`), never by reasoning.
+        """
+        return self.tool is None and self.server is not None and not self.no_tool
 
     @property
     def refs(self) -> tuple[Ref, ...]:

@@ -39,11 +39,14 @@ from planexec.results import StepResult
 from planexec.tools import ToolCatalog
 
 __all__ = [
+    "CUT_OFF_CODES",
     "FINAL_STEP_TOOL",
     "PLAN_GRAMMAR",
+    "CutOff",
     "Planner",
     "PlannerOutcome",
     "ReplanContext",
+    "cut_off",
     "fill",
     "same_call",
     "schema_fields",
@@ -135,7 +138,7 @@ that fills these fields from earlier steps' results (use references, as in any s
 
 REPLAN_TEMPLATE = """\
 ## This is a re-plan (plan {{version}})
-Why: {{reason}}
+Why: {{reason}}{{cut}}
 
 Previous plan:
 {{previous}}
@@ -163,6 +166,90 @@ DECOMPOSE = (
     "\nThe evaluator judged the job too complicated for these steps: decompose it "
     "further, into smaller steps that each do one simple thing.\n"
 )
+
+CUT_NOTE = (
+    "\nThe previous reply was cut off: {{where}}. Write the rest of the plan: the steps "
+    "that are still missing (the steps that succeeded are kept)."
+)
+"""Added to the re-plan's reason when the previous reply was cut off (`CutOff`)."""
+
+CUT_OFF_CODES = (
+    "TRUNCATED_STEP_DROPPED",
+    "STEP_INCOMPLETE",
+    "ARGS_TRUNCATED",
+    "STEP_TRUNCATED",
+)
+"""Diagnostic codes saying that the reply ends inside a step (docs/plan-language.md)."""
+
+_UNRUNNABLE_CODES = ("STEP_INCOMPLETE", "ARGS_TRUNCATED")
+"""Of those, the codes of a step that must not run as written (an error on the step)."""
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """Where a plan's reply was cut off: the plan is *incomplete* (its end is missing).
+
+    Read from the plan's diagnostics by their codes (`CUT_OFF_CODES`), never from their
+    messages: `cut_off` builds it.
+    """
+
+    code: str
+    """The diagnostic's code (``TRUNCATED_STEP_DROPPED``, ``ARGS_TRUNCATED``, ...)."""
+    step: int | None
+    """The step the reply ends in (a dropped step is not in the plan)."""
+    line: int | None
+    """The line of the plan text where the cut step is."""
+    unrunnable: tuple[int, ...] = ()
+    """Steps of the plan cut off inside, that must not run as written."""
+
+    def describe(self) -> str:
+        """Where the reply was cut, in words (for people and the re-plan prompt)."""
+        at = f" (line {self.line})" if self.line is not None else ""
+        sid = self.step if self.step is not None else "?"
+        what = {
+            "TRUNCATED_STEP_DROPPED": f"right after the start of step {sid}{at}, so step "
+            f"{sid} was dropped",
+            "STEP_INCOMPLETE": f"inside step {sid}{at}, before its tool or arguments, so "
+            f"step {sid} was not run",
+            "ARGS_TRUNCATED": f"inside the arguments of step {sid}{at}, so step {sid} "
+            "was not run",
+        }.get(self.code, f"at the end of step {sid}{at}; later steps are missing")
+        return f"the planner's reply ends {what}"
+
+
+def cut_off(plan: Plan) -> CutOff | None:
+    """Whether ``plan``'s reply was cut off inside its last step, and where.
+
+    A reply that ends inside a step (an empty last block, ``#Args`` cut mid-JSON, a step
+    cut before its tool) leaves the plan incomplete: its later steps are missing. Read
+    from the diagnostics' codes (`CUT_OFF_CODES`) on the plan's last step (or a dropped
+    step after it). ``ARGS_TRUNCATED`` counts only where the reply ends: a hashstep step
+    says so (`planexec.plan.Step.cut_off`; ``#Args`` that only look unterminated, with
+    more fields after them, are an error of that step, not a cut); rewoo and
+    llmcompiler report it only at the end of the reply.
+    """
+    last = max(plan.ids, default=0)
+
+    def counts(d: Diagnostic) -> bool:
+        if d.code not in CUT_OFF_CODES or (d.step is not None and d.step < last):
+            return False
+        if d.code != "ARGS_TRUNCATED" or plan.dialect != "hashstep":
+            return True
+        return d.step is not None and d.step in plan.ids and plan.step(d.step).cut_off
+
+    found = [d for d in plan.diagnostics if counts(d)]
+    if not found:
+        return None
+    first = min(found, key=lambda d: CUT_OFF_CODES.index(d.code))
+    unrunnable = sorted(
+        {
+            d.step
+            for d in found
+            if d.code in _UNRUNNABLE_CODES and d.step is not None and d.step in plan.ids
+        }
+    )
+    return CutOff(first.code, first.step, first.line, tuple(unrunnable))
+
 
 REPROMPT_TEMPLATE = """\
 Your plan cannot be used as written:
@@ -192,6 +279,8 @@ class ReplanContext:
     """Lessons so far (from failures and the evaluator)."""
     decompose: bool = False
     """Ask for a finer decomposition (``JOB_TOO_COMPLICATED``)."""
+    cut: CutOff | None = None
+    """Where the previous reply was cut off, when it was (the prompt asks for the rest)."""
 
     @property
     def first_id(self) -> int:
@@ -370,6 +459,7 @@ class Planner:
             REPLAN_TEMPLATE,
             version=str(ctx.version),
             reason=ctx.reason,
+            cut=fill(CUT_NOTE, where=ctx.cut.describe()) if ctx.cut is not None else "",
             previous=previous,
             succeeded="\n".join(succeeded) or "(none)",
             failed="\n".join(failed) or "(none)",

@@ -9,18 +9,19 @@ its calls get the run's timeout, retries, breaker and usage.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Self
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from planexec._models import ModelClient
+from planexec._text import as_text as _as_text
+from planexec._text import cut as _cut
 from planexec.events import EventBus
 from planexec.plan import Step, to_jsonable
-from planexec.results import StepResult, Usage, jsonable
+from planexec.results import StepResult, Usage
 
-__all__ = ["REASON_SYSTEM", "ModelReasoner"]
+__all__ = ["REASON_SYSTEM", "ModelReasoner", "ModelStepHelper"]
 
 REASON_SYSTEM = (
     "You carry out one reasoning step of a plan: there is no tool to call. Answer the "
@@ -31,34 +32,17 @@ REASON_SYSTEM = (
 """The system prompt of a reasoning step."""
 
 
-def _cut(text: str, budget: int) -> str:
-    if len(text) <= budget:
-        return text
-    return f"{text[: max(0, budget)]}… [cut: {budget} of {len(text)} characters shown]"
+class ModelStepHelper:
+    """What the model-backed helpers of a step share: a client, the question, a budget.
 
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(jsonable(value), ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-class ModelReasoner:
-    """A `planexec.executor.Reasoner` that asks a chat model (purpose ``reason``).
-
-    The prompt holds the step's task, the question (if given) and the outputs of the
-    step's dependencies, cut to ``budget`` characters in all. The step's expected
-    output is not shown, so it cannot be echoed back as a result. Its calls are counted
-    wherever ``client`` counts them (a run-bound client: the run's usage).
+    `ModelReasoner` and `planexec.selection.ModelToolSelector` build on it; `bind`
+    returns a copy whose client counts into a run's usage.
     """
 
     def __init__(
         self, client: ModelClient, *, question: str | None = None, budget: int = 4000
     ) -> None:
-        """Build a reasoner.
+        """Build the helper.
 
         Args:
             client: The model client (its usage counts the calls).
@@ -72,13 +56,23 @@ class ModelReasoner:
         self.budget = budget
         """Characters of dependency outputs shown, in all."""
 
-    def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelReasoner:
-        """Return a reasoner whose client counts into ``usage`` for ``run_id``."""
-        return ModelReasoner(
+    def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> Self:
+        """Return a copy whose client counts into ``usage`` for ``run_id``."""
+        return type(self)(
             self.client.bind(usage=usage, bus=bus, run_id=run_id),
             question=self.question,
             budget=self.budget,
         )
+
+
+class ModelReasoner(ModelStepHelper):
+    """A `planexec.executor.Reasoner` that asks a chat model (purpose ``reason``).
+
+    The prompt holds the step's task, the question (if given) and the outputs of the
+    step's dependencies, cut to ``budget`` characters in all. The step's expected
+    output is not shown, so it cannot be echoed back as a result. Its calls are counted
+    wherever ``client`` counts them (a run-bound client: the run's usage).
+    """
 
     def prompt(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
         """The human message for a step (built by concatenation: nothing is formatted)."""

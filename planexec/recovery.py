@@ -67,11 +67,14 @@ _SEVERITY = {Action.RERESOLVE: 0, Action.RETRY_STEP: 0, Action.REPLAN: 1, Action
 
 DEFAULT_POLICY: Mapping[ErrorKind, Action] = {
     ErrorKind.PLAN_PARSE: Action.REPLAN,
+    ErrorKind.PLAN_INCOMPLETE: Action.REPLAN,  # asking for the rest; STOP ends INCOMPLETE
     ErrorKind.UNKNOWN_TOOL: Action.REPLAN,
+    ErrorKind.TOOL_SELECTION_FAILED: Action.REPLAN,
     ErrorKind.ARGS_SYNTAX: Action.REPLAN,
     ErrorKind.MISSING_REFERENCE: Action.REPLAN,
     ErrorKind.UPSTREAM_FAILED: Action.REPLAN,  # only when the cause is unknown
     ErrorKind.RESOLUTION_FAILED: Action.RERESOLVE,
+    ErrorKind.RESOLUTION_UNGROUNDED: Action.RERESOLVE,
     ErrorKind.ARGS_INVALID: Action.RERESOLVE,
     ErrorKind.TOOL_ERROR: Action.RETRY_STEP,
     ErrorKind.TOOL_TIMEOUT: Action.RETRY_STEP,

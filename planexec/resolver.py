@@ -8,6 +8,9 @@ Per argument, in this order (`docs/resolution.md` has examples):
 3. **path** — ``<step_2.items[0].id>``: ``.name``, ``[i]`` and ``["k"]`` are followed
    into dicts, lists and pydantic models (declared fields only). Nothing else is ever
    looked into: no ``getattr`` on arbitrary objects, and nothing is evaluated.
+3b. **filtered** — a hinted reference the filter grammar reads (`planexec.filters`:
+   ``find(key='v')``, ``[key=v]``, ``[?key=='v']``, ``where key = v``, ``first``,
+   ``last``, ``len``), matched, never evaluated; exactly one item or the fallback.
 4. **interpolated** — references embedded in text are written into it (strings as they
    are, everything else as compact JSON).
 5. **coerced** — the value is validated against the argument's schema type in pydantic's
@@ -25,8 +28,14 @@ its schema type fails the step with ``ARGS_INVALID`` (the arguments in
 for the arguments its feedback names, and never for a literal.
 
 The method recorded for an argument with references nested inside it is the strongest
-one used anywhere in it, in the order literal < reference < path < interpolated <
-coerced < llm (the further the value is from the plan's text, the stronger).
+one used anywhere in it, in the order literal < reference < path < filtered <
+interpolated < coerced < llm (the further the value is from the plan's text, the
+stronger).
+
+Every value the filter tier or the fallback fills is *grounded* (`planexec.grounding`):
+where it occurs in the referenced outputs is recorded, a fallback value contradicting
+its hint's literals is an unusable reply, and one found nowhere though values like it
+exist is handled by the ``ungrounded`` policy (``warn``, ``reresolve``, ``fail``).
 
 Failures are returned, never raised: a `ResolutionFailure` with an `ErrorKind`, the
 arguments concerned (which of them are plan literals), the upstream step where relevant,
@@ -40,18 +49,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from planexec._log import step_log
 from planexec._models import ModelClient, as_client
 from planexec.errors import ErrorKind, ModelError
 from planexec.events import ArgResolved, EventBus, FallbackUsed
+from planexec.filters import FilterMiss, apply_path, apply_query, hint_literals, parse_hint
+from planexec.grounding import Grounding, HintLiteral, OutputIndex
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
 from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
@@ -70,14 +81,19 @@ METHOD_STRENGTH: dict[ResolutionMethod, int] = {
     ResolutionMethod.LITERAL: 0,
     ResolutionMethod.REFERENCE: 1,
     ResolutionMethod.PATH: 2,
-    ResolutionMethod.INTERPOLATED: 3,
-    ResolutionMethod.COERCED: 4,
-    ResolutionMethod.LLM: 5,
+    ResolutionMethod.FILTERED: 3,
+    ResolutionMethod.INTERPOLATED: 4,
+    ResolutionMethod.COERCED: 5,
+    ResolutionMethod.LLM: 6,
 }
 """The order of methods: a nested argument records the strongest one used inside it."""
 
 REPLY_CUT = 500
 """Characters of an unusable fallback reply kept in the failure message."""
+
+_POLICIES = ("warn", "reresolve", "fail")
+CANDIDATES_SHOWN = 12
+"""Values that do occur, shown to the fallback when its value was ungrounded."""
 
 _MISSING: Any = object()
 
@@ -92,6 +108,8 @@ class ResolvedArgs:
     """How each argument got its value."""
     llm_calls: int = 0
     """Model calls made by the fallback for this step (0, 1 or 2)."""
+    grounding: dict[str, Grounding] = field(default_factory=dict)
+    """Where each argument filled by the filter tier or the fallback comes from."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,8 @@ class ResolutionFailure:
     """The last fallback reply (cut to `REPLY_CUT` characters), if one was unusable."""
     methods: dict[str, ResolutionMethod] = field(default_factory=dict)
     """How the arguments that did resolve got their values (the others are absent)."""
+    grounding: dict[str, Grounding] = field(default_factory=dict)
+    """Where the values of the arguments that did resolve (filtered) come from."""
 
     @property
     def arg(self) -> str | None:
@@ -147,6 +167,16 @@ class _BadReply(Exception):
     """The fallback's reply cannot be used."""
 
 
+class _Ungrounded(_BadReply):
+    """A value of the fallback's reply occurs nowhere in the referenced outputs."""
+
+    def __init__(self, message: str, args: Sequence[str], fatal: bool) -> None:
+        super().__init__(message)
+        self.args_concerned = tuple(args)
+        self.fatal = fatal
+        """True under the ``fail`` policy: no second attempt."""
+
+
 @dataclass
 class _Need:
     """An argument the fallback must fill."""
@@ -157,6 +187,23 @@ class _Need:
     """The references in it, as written."""
     reasons: list[str] = field(default_factory=list)
     """Why it needs the fallback."""
+    literals: tuple[HintLiteral, ...] = ()
+    """For an argument that is one hinted reference: the literals its hint names,
+    which the value chosen must satisfy (`planexec.filters.hint_literals`)."""
+    hint: str | None = None
+    """That hinted reference, as written."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A value the filter tier chose for a hinted reference (or a path naming first/last/len)."""
+
+    ref: str
+    """The reference, as written."""
+    via: str
+    """The filters applied (``find(name='X')``)."""
+    where: str
+    """Its concrete place (``step_1[1].id``; ``len(step_1.assets)`` for a count)."""
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -232,6 +279,22 @@ def follow_path(value: Any, path: Sequence[str | int]) -> Any:
     return current
 
 
+def _retryable(exc: BaseException) -> bool:
+    """Whether an unusable reply gets the fallback's one retry (not under ``fail``)."""
+    return isinstance(exc, _BadReply) and not (isinstance(exc, _Ungrounded) and exc.fatal)
+
+
+def _missing_values(value: Any, index: OutputIndex) -> list[Any]:
+    """The scalars of ``value`` found nowhere in ``index`` (``value`` itself if scalar)."""
+    if index.find(value):
+        return []
+    if isinstance(value, Mapping):
+        return [m for v in value.values() for m in _missing_values(v, index)]
+    if isinstance(value, list | tuple):
+        return [m for v in value for m in _missing_values(v, index)]
+    return [value]
+
+
 def _strongest(methods: Sequence[ResolutionMethod]) -> ResolutionMethod:
     return max(methods, key=METHOD_STRENGTH.__getitem__, default=ResolutionMethod.LITERAL)
 
@@ -241,19 +304,53 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else _compact(value)
 
 
-def _resolve_ref(ref: Ref, results: Mapping[int, StepResult]) -> tuple[Any, ResolutionMethod]:
+def _where(step: int, path: tuple[Any, ...], counted: bool) -> str:
+    text = f"step_{step}{format_path(path)}"
+    return f"len({text})" if counted else text
+
+
+def _resolve_ref(
+    ref: Ref,
+    results: Mapping[int, StepResult],
+    found: list[_Found] | None = None,
+    tier: str = "explicit",
+) -> tuple[Any, ResolutionMethod]:
+    """Resolve one reference; ``found`` collects what the filter tier chose."""
+    text = ref.raw or ref.canonical
     if ref.is_hinted:
-        raise _NeedsFallback(f"hinted reference {ref.raw or ref.canonical}")
+        query = parse_hint(ref, prose=tier == "prose") if tier != "off" else None
+        if query is None:
+            raise _NeedsFallback(f"hinted reference {text}")
+        try:
+            got = apply_query(query, results[ref.step].output, follow_path)
+        except FilterMiss as exc:
+            raise _NeedsFallback(
+                f"hinted reference {text}: the filter grammar read it, but {exc}"
+            ) from exc
+        if found is not None:
+            found.append(_Found(text, query.filters, _where(ref.step, got.path, got.counted)))
+        return got.value, ResolutionMethod.FILTERED
     output = results[ref.step].output
     if not ref.path:
         return output, ResolutionMethod.REFERENCE
     try:
         return follow_path(output, ref.path), ResolutionMethod.PATH
     except LookupError as exc:
-        raise _NeedsFallback(
-            f"path {format_path(ref.path)} of {ref.raw or ref.canonical} does not exist in "
-            f"the output of step {ref.step} ({exc})"
-        ) from exc
+        miss = f"path {format_path(ref.path)} of {text} does not exist in the output of " \
+            f"step {ref.step} ({exc})"
+        if tier != "off":
+            try:
+                got2 = apply_path(output, ref.path, follow_path)
+            except FilterMiss as why:
+                raise _NeedsFallback(f"{miss}; read with first/last/len: {why}") from exc
+            if got2 is not None:
+                if found is not None:
+                    ops = [str(e) for e in ref.path if e in ("first", "last", "len", "length")]
+                    found.append(
+                        _Found(text, " ".join(ops), _where(ref.step, got2.path, got2.counted))
+                    )
+                return got2.value, ResolutionMethod.FILTERED
+        raise _NeedsFallback(miss) from exc
 
 
 def _check_literal(text: str) -> None:
@@ -293,7 +390,11 @@ def _parses_as_json(text: str) -> bool:
 
 
 def _interpolate(
-    template: Template, results: Mapping[int, StepResult], notes: list[str] | None
+    template: Template,
+    results: Mapping[int, StepResult],
+    notes: list[str] | None,
+    found: list[_Found] | None = None,
+    tier: str = "explicit",
 ) -> str:
     """Write a template's references into its text.
 
@@ -309,7 +410,7 @@ def _interpolate(
     in_str = False
     for part in template.parts:
         if isinstance(part, Ref):
-            resolved, _ = _resolve_ref(part, results)
+            resolved, _ = _resolve_ref(part, results, found, tier)
             text = _as_text(resolved)
             plain.append(text)
             if in_str:
@@ -342,16 +443,22 @@ def _interpolate(
 
 
 def _resolve_value(
-    value: Any, results: Mapping[int, StepResult], notes: list[str] | None = None
+    value: Any,
+    results: Mapping[int, StepResult],
+    notes: list[str] | None = None,
+    found: list[_Found] | None = None,
+    tier: str = "explicit",
 ) -> tuple[Any, ResolutionMethod]:
     """Resolve every reference in a nested value; raise `_NeedsFallback` if one can't.
 
-    ``notes`` collects warnings about JSON-aware interpolation (see `_interpolate`).
+    ``notes`` collects warnings about JSON-aware interpolation (see `_interpolate`);
+    ``found`` what the filter tier chose; ``tier`` is ``off``, ``explicit`` (the filter
+    grammar) or ``prose`` (its prose form too).
     """
     if isinstance(value, Ref):
-        return _resolve_ref(value, results)
+        return _resolve_ref(value, results, found, tier)
     if isinstance(value, Template):
-        text = _interpolate(value, results, notes)
+        text = _interpolate(value, results, notes, found, tier)
         if contains_placeholder(text):
             raise _NeedsFallback(
                 f"interpolating {value.canonical!r} gave {_short(text)}, which still looks "
@@ -367,14 +474,14 @@ def _resolve_value(
                     f"the dict key {k!r} looks like a reference or placeholder; keys are "
                     "never resolved"
                 )
-            out[k], m = _resolve_value(v, results, notes)
+            out[k], m = _resolve_value(v, results, notes, found, tier)
             methods.append(m)
         return out, _strongest(methods)
     if isinstance(value, list | tuple):
         items: list[Any] = []
         methods = []
         for v in value:
-            item, m = _resolve_value(v, results, notes)
+            item, m = _resolve_value(v, results, notes, found, tier)
             items.append(item)
             methods.append(m)
         return items, _strongest(methods)
@@ -487,6 +594,9 @@ class ArgResolver:
         model: BaseChatModel | ModelClient | None = None,
         *,
         output_budget: int = 4000,
+        ungrounded: Literal["warn", "reresolve", "fail"] = "reresolve",
+        filters: bool = True,
+        prose_hints: bool = False,
     ) -> None:
         """Create a resolver.
 
@@ -494,11 +604,29 @@ class ArgResolver:
             model: The chat model (or client) of the LLM fallback; None for none.
             output_budget: Characters of each referenced step's output shown to the
                 fallback; longer outputs are cut, with a note saying so.
+            ungrounded: What a fallback value found nowhere in the referenced outputs
+                (though values like it are there) does: ``warn`` (an ``ARG_UNGROUNDED``
+                event, the step flagged in `StepResult.ungrounded`), ``reresolve`` (the
+                fallback is asked once more, shown the values that do occur; a second
+                ungrounded answer fails) or ``fail`` (``RESOLUTION_UNGROUNDED`` at once).
+            filters: Read hinted references with the filter grammar
+                (`planexec.filters`) before asking the model; False only to measure
+                the resolver without that tier.
+            prose_hints: Let the filter tier also read the prose form
+                ``FIELD_for_VALUE_from_step_N`` (off by default; its literal constrains
+                the fallback's answer either way).
         """
+        if ungrounded not in _POLICIES:
+            raise ValueError(f"ungrounded must be one of {_POLICIES}, not {ungrounded!r}")
         self.client = as_client(model)
         """The fallback's model client (None when there is no model)."""
         self.output_budget = output_budget
         """Characters of each referenced output shown to the fallback."""
+        self.ungrounded = ungrounded
+        """The policy for ungrounded fallback values: ``warn``, ``reresolve`` or ``fail``."""
+        self.tier = "off" if not filters else "prose" if prose_hints else "explicit"
+        """The filter tier: ``off``, ``explicit`` (the grammar) or ``prose`` (and its
+        prose form)."""
 
     async def resolve(
         self,
@@ -558,6 +686,8 @@ class _Resolution:
             self.client = base.bind(usage=base.usage, bus=bus or base.bus, run_id=run_id)
         self.llm_calls = 0
         self.methods: dict[str, ResolutionMethod] = {}
+        self.grounding: dict[str, Grounding] = {}
+        self._index: OutputIndex | None = None
         self.log = step_log(run_id, step.id)
 
     # -- helpers -------------------------------------------------------------------
@@ -588,6 +718,7 @@ class _Resolution:
             llm_calls=self.llm_calls,
             reply=reply,
             methods=dict(self.methods),
+            grounding={n: g for n, g in self.grounding.items() if n in self.methods},
         )
 
     async def warn(self, code: str, message: str) -> None:
@@ -698,13 +829,18 @@ class _Resolution:
         for name, value in bound.items():
             refs = tuple(r.raw or r.canonical for r in iter_refs(value))
             notes: list[str] = []
+            found: list[_Found] = []
             try:
-                resolved, method = _resolve_value(value, self.results, notes)
+                resolved, method = _resolve_value(
+                    value, self.results, notes, found, self.resolver.tier
+                )
             except _NeedsFallback as exc:
-                needs[name] = _Need(to_jsonable(value), refs, [exc.reason])
+                needs[name] = self.need(value, refs, exc.reason)
                 continue
             for note in notes:
                 await self.warn("ARG_INTERPOLATED_JSON", f"{self.where}: argument '{name}': {note}")
+            if found:
+                await self.filtered(name, value, found)
             adapter = _adapter(spec.args_schema, name) if spec is not None else None
             if adapter is not None:
                 try:
@@ -717,7 +853,8 @@ class _Resolution:
                     if method is ResolutionMethod.LITERAL:
                         unfit[name] = why
                     else:
-                        needs[name] = _Need(to_jsonable(value), refs, [why])
+                        needs[name] = self.need(value, refs, why)
+                        self.grounding.pop(name, None)
                     continue
                 if changed:
                     await self.warn(
@@ -743,18 +880,15 @@ class _Resolution:
         if self.feedback is not None:
             for name in self.forced(bound):
                 value = bound.get(name, _MISSING)
-                need = needs.setdefault(
-                    name,
-                    _Need(
-                        to_jsonable(value) if value is not _MISSING else _MISSING,
-                        tuple(r.raw or r.canonical for r in iter_refs(value))
-                        if value is not _MISSING
-                        else (),
-                    ),
-                )
+                if value is _MISSING:
+                    need = needs.setdefault(name, _Need(_MISSING, ()))
+                else:
+                    refs = tuple(r.raw or r.canonical for r in iter_refs(value))
+                    need = needs.setdefault(name, self.need(value, refs))
                 need.reasons.append("the previous value was rejected (see the feedback)")
                 values.pop(name, None)
                 methods.pop(name, None)
+                self.grounding.pop(name, None)
 
         if needs:
             filled = await self.fallback(needs, values)
@@ -774,17 +908,35 @@ class _Resolution:
                     f"{self.where}: argument '{name}' still holds an unresolved reference",
                     (name,),
                 )
+        for name in methods:
+            g = self.grounding.get(name)
+            if g is not None and not g.grounded:
+                await self.warn(
+                    "ARG_UNGROUNDED",
+                    f"{self.where}: argument '{name}' = {_short(values[name])} was filled by "
+                    f"the LLM fallback and {g.describe()} in the referenced outputs (policy "
+                    "'warn': kept, the step is flagged)",
+                )
         if self.bus is not None:
             for name, method in methods.items():
                 await self.bus.emit(
-                    ArgResolved(run_id=self.run_id, step_id=step.id, arg=name, method=method)
+                    ArgResolved(
+                        run_id=self.run_id,
+                        step_id=step.id,
+                        arg=name,
+                        method=method,
+                        grounding=self.grounding.get(name),
+                    )
                 )
         if spec is not None:
             try:
                 spec.validate(values)
             except ValidationError as exc:
                 return self.invalid(exc, bound)
-        return ResolvedArgs(args=values, methods=methods, llm_calls=self.llm_calls)
+        grounding = {n: self.grounding[n] for n in methods if n in self.grounding}
+        return ResolvedArgs(
+            args=values, methods=methods, llm_calls=self.llm_calls, grounding=grounding
+        )
 
     def invalid(self, exc: ValidationError, bound: Mapping[str, Any]) -> ResolutionFailure:
         assert self.spec is not None
@@ -822,6 +974,117 @@ class _Resolution:
             cause=_errors_text(exc, limit=10),
         )
 
+    # -- the filter tier and grounding ---------------------------------------------
+
+    def need(self, value: Any, refs: tuple[str, ...], reason: str | None = None) -> _Need:
+        """An argument for the fallback; one hinted reference brings its hint's literals."""
+        need = _Need(to_jsonable(value), refs, [reason] if reason else [])
+        if isinstance(value, Ref) and value.is_hinted:
+            need.literals = hint_literals(value)
+            need.hint = value.raw or value.canonical
+        return need
+
+    async def filtered(self, name: str, value: Any, found: Sequence[_Found]) -> None:
+        """Record (and announce) what the filter tier chose for argument ``name``."""
+        via = "; ".join(f"{f.ref} by {f.via}" for f in found)
+        self.grounding[name] = Grounding(
+            "grounded", tuple(dict.fromkeys(f.where for f in found)), via=via
+        )
+        await self.warn(
+            "ARG_FILTERED",
+            f"{self.where}: argument '{name}': "
+            + "; ".join(f"{f.ref} read by the filter grammar ({f.via}): {f.where}"
+                        for f in found),
+        )
+
+    @property
+    def index(self) -> OutputIndex:
+        """The referenced steps' outputs, indexed for grounding (built once)."""
+        if self._index is None:
+            self._index = OutputIndex(
+                {sid: self.results[sid].output for sid in self.referenced_steps()}
+            )
+        return self._index
+
+    def check_hint(self, name: str, value: Any, need: _Need) -> None:
+        """Reject a value that contradicts the literals of the argument's hinted reference.
+
+        Raises:
+            _BadReply: the value does not come from a node carrying every literal that
+                applies (strict ones always; prose ones when the outputs hold them).
+        """
+        index = self.index
+        applying = [lit for lit in need.literals if lit.strict or index.holds_literal(lit)]
+        if not applying or index.satisfying(value, applying):
+            return
+        wanted = ", ".join(str(lit) for lit in applying)
+        fits = [v for v, _ in index.satisfying_values(applying)]
+        near = [v for v in fits if not isinstance(v, bool) and v is not None]
+        shown = ", ".join(_short(v, 40) for v in dict.fromkeys(near[:CANDIDATES_SHOWN]))
+        raise _BadReply(
+            f"'{name}' = {_short(value)} contradicts the hint {need.hint}: it does not come "
+            f"from an item of the outputs with {wanted}"
+            + (f" (values of such items: {shown})" if shown else
+               " (no item of the outputs shown has it)")
+        )
+
+    def sources(self, name: str) -> dict[str, list[Any]]:
+        """Sources other than the outputs that ground a value of argument ``name``.
+
+        ``schema``: the enum/const/default values its schema names; ``feedback``: on a
+        re-resolution, the previous failure's message.
+        """
+        out: dict[str, list[Any]] = {}
+        if self.spec is not None:
+            prop = self.spec.json_schema.get("properties", {}).get(name, {})
+            named: list[Any] = []
+            for node in (prop, *prop.get("anyOf", ()), *prop.get("oneOf", ())):
+                if isinstance(node, Mapping):
+                    named += list(node.get("enum") or ())
+                    if "const" in node:
+                        named.append(node["const"])
+            if "default" in prop:
+                named.append(prop["default"])
+            if named:
+                out["schema"] = named
+        if self.feedback is not None:
+            out["feedback"] = [self.feedback.message]
+        return out
+
+    def check_grounding(self, filled: Mapping[str, Any]) -> dict[str, Grounding]:
+        """Ground every filled value; apply the ``ungrounded`` policy.
+
+        Raises:
+            _Ungrounded: under ``reresolve`` or ``fail``, a value held to grounding was
+                found nowhere; the message shows the values that do occur.
+        """
+        index = self.index
+        out = {
+            name: index.ground(name, value, extra=self.sources(name))
+            for name, value in filled.items()
+        }
+        bad = [n for n, g in out.items() if not g.grounded]
+        if not bad or self.resolver.ungrounded == "warn":
+            return out
+        parts = []
+        for name in bad:
+            g = out[name]
+            cands: list[str] = []
+            for missing_value in _missing_values(filled[name], index):
+                for v, occ in index.candidates(name, missing_value):
+                    cands.append(f"{_short(v, 40)} at {occ}")
+            shown = list(dict.fromkeys(cands))[:CANDIDATES_SHOWN]
+            parts.append(
+                f"'{name}' = {', '.join(g.missing)} occurs nowhere in the outputs of the steps "
+                "it refers to"
+                + (f"; values of that kind that do occur: {'; '.join(shown)}" if shown else "")
+            )
+        raise _Ungrounded(
+            "; ".join(parts) + ". Use a value from the outputs shown.",
+            bad,
+            fatal=self.resolver.ungrounded == "fail",
+        )
+
     # -- the LLM fallback ----------------------------------------------------------
 
     async def fallback(
@@ -853,7 +1116,7 @@ class _Resolution:
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(2),
-                retry=retry_if_exception_type(_BadReply),
+                retry=retry_if_exception(_retryable),
                 reraise=True,
             ):
                 with attempt:
@@ -875,13 +1138,24 @@ class _Resolution:
                         return self.check_reply(reply, needs, values)
                     except _BadReply as exc:
                         problem = str(exc)
-                        if self.llm_calls < 2:
+                        if self.llm_calls < 2 and _retryable(exc):
                             await self.warn(
                                 "RESOLVE_RETRY",
                                 f"{self.where}: the LLM fallback's reply for {label} "
                                 f"was unusable ({problem}); asking once more",
                             )
                         raise
+        except _Ungrounded as exc:
+            cut = reply if len(reply) <= REPLY_CUT else reply[:REPLY_CUT] + "..."
+            tries = "" if exc.fatal else f" after {self.llm_calls} attempts"
+            return self.fail(
+                ErrorKind.RESOLUTION_UNGROUNDED,
+                f"{self.where}: the LLM fallback's value for {label} is not grounded in "
+                f"the referenced outputs{tries} (policy '{self.resolver.ungrounded}'): {exc}",
+                exc.args_concerned,
+                cause=str(exc),
+                reply=cut,
+            )
         except _BadReply as exc:
             cut = reply if len(reply) <= REPLY_CUT else reply[:REPLY_CUT] + "..."
             return self.fail(
@@ -941,6 +1215,10 @@ class _Resolution:
                         f"'{'.'.join(str(x) for x in e['loc'])}': {e['msg']}" for e in ours[:3]
                     )
                     raise _BadReply(f"the values do not fit the schema: {text}") from exc
+        for name, need in needs.items():
+            if need.literals:
+                self.check_hint(name, filled[name], need)
+        self.grounding.update(self.check_grounding(filled))
         return filled
 
     def referenced_steps(self) -> list[int]:

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
+import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from decimal import Decimal
+from enum import Enum, StrEnum
+from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel
 
 from planexec.errors import ErrorKind
+from planexec.grounding import Grounding
 from planexec.plan import Plan
 
 __all__ = [
+    "MAX_JSON_DEPTH",
+    "JsonEncoding",
     "PlanAttempt",
     "ResolutionMethod",
     "Run",
@@ -22,6 +31,7 @@ __all__ = [
     "StepResult",
     "StepStatus",
     "Usage",
+    "encode_json",
     "jsonable",
 ]
 
@@ -44,28 +54,190 @@ class ResolutionMethod(StrEnum):
     LITERAL = "literal"
     REFERENCE = "reference"
     PATH = "path"
+    FILTERED = "filtered"
+    """A hinted reference read by the filter grammar (`planexec.filters`)."""
     INTERPOLATED = "interpolated"
     COERCED = "coerced"
     LLM = "llm"
+    SELECTED = "selected"
+    """Filled by tool selection (a step naming an agent or server but no tool)."""
+
+
+MAX_JSON_DEPTH = 100
+"""The deepest nesting of containers a value may have to be encoded (and kept as a
+tool's output): deeper values are refused instead of crashing with ``RecursionError``."""
+
+
+@dataclass
+class JsonEncoding:
+    """A value encoded as JSON data by `encode_json`, with what the encoding could not keep.
+
+    ``data`` never holds a cycle, NaN or infinity, so ``json.dumps(data, allow_nan=False)``
+    always works.
+    """
+
+    data: Any
+    """The JSON data: dicts with string keys, lists, strings, finite numbers, bools, None."""
+    warnings: list[str] = field(default_factory=list)
+    """Where the data differs from the value: colliding keys, values that are not JSON
+    data (kept as their ``repr``)."""
+    error: str | None = None
+    """Why the value cannot be encoded at all (a cycle, nesting deeper than
+    `MAX_JSON_DEPTH`, a model that cannot be dumped); ``data`` then holds a marker string
+    at that place."""
+
+
+def _path_text(path: list[Any]) -> str:
+    """A JSON path such as ``$["items"][0]`` (the first levels of a very deep one)."""
+    out = "$"
+    for part in path[:8]:
+        out += f"[{part}]" if isinstance(part, int) else f"[{json.dumps(part)}]"
+    if len(path) > 8:
+        out += f"… ({len(path)} levels)"
+    return out
+
+
+def _float(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _scalar(value: Any) -> tuple[bool, Any]:
+    """``(True, encoded)`` for a value with a faithful scalar encoding, else ``(False, None)``."""
+    if value is None or isinstance(value, str | bool | int) and not isinstance(value, Enum):
+        return True, value
+    if isinstance(value, float) and not isinstance(value, Enum):
+        return True, _float(value)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return True, value.isoformat()
+    if isinstance(value, Decimal):
+        return True, str(value)
+    if isinstance(value, uuid.UUID | PurePath):
+        return True, str(value)
+    if isinstance(value, Enum):
+        return _scalar(value.value)
+    return False, None
+
+
+class _Encoder:
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.warnings: list[str] = []
+        self.error: str | None = None
+        self.active: set[int] = set()
+        self.path: list[Any] = []
+
+    def fail(self, message: str, marker: str) -> str:
+        if self.error is None:
+            self.error = message
+        return marker
+
+    def key(self, key: Any) -> str:
+        if isinstance(key, str):
+            return key
+        ok, encoded = _scalar(key)
+        if ok and encoded is not None and not isinstance(encoded, bool):
+            return str(encoded)
+        return str(key)
+
+    def encode(self, value: Any, depth: int) -> Any:
+        ok, encoded = _scalar(value)
+        if ok:
+            return encoded
+        if depth >= self.max_depth:
+            return self.fail(
+                f"the value is nested deeper than {self.max_depth} levels "
+                f"(at {_path_text(self.path)})",
+                "[too deep]",
+            )
+        if isinstance(value, BaseModel | Mapping | list | tuple | set | frozenset) or (
+            dataclasses.is_dataclass(value) and not isinstance(value, type)
+        ):
+            if id(value) in self.active:
+                return self.fail(
+                    f"the value contains itself: a cycle at {_path_text(self.path)}", "[cycle]"
+                )
+            self.active.add(id(value))
+            try:
+                return self.container(value, depth)
+            finally:
+                self.active.discard(id(value))
+        if hasattr(value, "to_dict") and callable(value.to_dict):
+            try:
+                data = value.to_dict()
+            except Exception as exc:  # noqa: BLE001 - any failure of foreign code
+                return self.fail(f"{type(value).__name__}.to_dict() failed: {exc}", "[error]")
+            return self.encode(data, depth + 1)
+        text = repr(value)
+        self.warnings.append(
+            f"the value at {_path_text(self.path)} is a {type(value).__name__}, which is not "
+            f"JSON data: recorded as its repr ({text[:80]})"
+        )
+        return text
+
+    def container(self, value: Any, depth: int) -> Any:
+        if isinstance(value, BaseModel):
+            try:
+                value = value.model_dump(mode="python")
+            except (ValueError, TypeError, RecursionError) as exc:
+                where = _path_text(self.path)
+                return self.fail(f"cannot dump the model at {where}: {exc}", "[error]")
+        elif not isinstance(value, Mapping | list | tuple | set | frozenset):  # a dataclass
+            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            origin: dict[str, Any] = {}
+            for k, v in value.items():
+                name = self.key(k)
+                if name in origin:
+                    self.warnings.append(
+                        f"the keys {origin[name]!r} and {k!r} at {_path_text(self.path)} are "
+                        f"both written {json.dumps(name)}: only the value of {k!r} is kept"
+                    )
+                origin[name] = k
+                self.path.append(name)
+                out[name] = self.encode(v, depth + 1)
+                self.path.pop()
+            return out
+        items = []
+        for i, v in enumerate(value):
+            self.path.append(i)
+            items.append(self.encode(v, depth + 1))
+            self.path.pop()
+        return items
+
+
+def encode_json(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> JsonEncoding:
+    """Encode a value as JSON data, saying what could not be kept as it was.
+
+    Faithful encodings: mappings (keys as strings: ``1`` becomes ``"1"``), lists,
+    tuples, sets (as lists), pydantic models and dataclasses (their fields), objects
+    with ``to_dict()``; datetimes, dates and times as ISO 8601 strings; `Decimal`, `UUID`
+    and paths as strings; enums as their values; NaN and infinities as the strings
+    ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (JSON has no such numbers).
+
+    Warnings: two keys written the same (``1`` and ``"1"``: the later one is kept), and
+    any other object (a generator, a socket...) recorded as its ``repr``.
+
+    Errors: a value that contains itself (a cycle) or is nested deeper than
+    ``max_depth`` (a marker string takes its place in ``data``).
+    """
+    encoder = _Encoder(max_depth)
+    data = encoder.encode(value, 0)
+    return JsonEncoding(data, encoder.warnings, encoder.error)
 
 
 def jsonable(value: Any) -> Any:
-    """Best-effort conversion of a value to JSON data (pydantic models, tuples, sets)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if hasattr(value, "to_dict"):
-        return jsonable(value.to_dict())
-    try:
-        json.dumps(value)
-    except TypeError:
-        return repr(value)
-    return value
+    """A value as JSON data, never failing: `encode_json`'s ``data``.
+
+    What cannot be encoded faithfully becomes a string: an object's ``repr``, and the
+    markers ``"[cycle]"`` and ``"[too deep]"`` (the executor refuses tool outputs that
+    need them, so they only appear for values that never went through it).
+    """
+    return encode_json(value).data
 
 
 @dataclass(frozen=True)
@@ -168,6 +340,9 @@ class StepResult:
     """A remark that is not an error (why a step was skipped, a warning kept)."""
     failure: StepError | None = None
     """Why the step did not succeed, as data; None on success (and for a skipped step)."""
+    grounding: dict[str, Grounding] = field(default_factory=dict)
+    """Where each argument the LLM fallback or the filter tier filled comes from
+    (`planexec.grounding`); `ungrounded` lists those whose value was found nowhere."""
 
     def __post_init__(self) -> None:
         failure = self.failure
@@ -195,6 +370,11 @@ class StepResult:
         """Whether the step succeeded."""
         return self.status is StepStatus.SUCCEEDED
 
+    @property
+    def ungrounded(self) -> tuple[str, ...]:
+        """The arguments whose filled-in value was found nowhere in the referenced outputs."""
+        return tuple(n for n, g in self.grounding.items() if not g.grounded)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the result as JSON-ready data."""
         return {
@@ -214,6 +394,7 @@ class StepResult:
             "duration": self.duration,
             "note": self.note,
             "failure": self.failure.to_dict() if self.failure else None,
+            "grounding": {k: g.to_dict() for k, g in self.grounding.items()},
         }
 
 
@@ -222,7 +403,8 @@ class Usage:
     """What a run spent. Mutable: it is filled in as the run goes."""
 
     llm_calls: dict[str, int] = field(default_factory=dict)
-    """Model calls by purpose: ``plan``, ``resolve``, ``reason``, ``evaluate``, ``answer``."""
+    """Model calls by purpose: ``plan``, ``resolve``, ``reason``, ``select``, ``evaluate``,
+    ``answer``."""
     tokens: dict[str, int] = field(default_factory=dict)
     """Tokens by kind (``input``, ``output``, ``total``) where the model reports them."""
     tokens_by_purpose: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -266,6 +448,9 @@ class RunStatus(StrEnum):
     CANCELLED = "CANCELLED"
     INTERRUPTED = "INTERRUPTED"
     """Recorded as running, but its process is gone: it can be resumed."""
+    INCOMPLETE = "INCOMPLETE"
+    """The plan was cut off (the planner's reply ends inside a step): what was complete
+    ran, the rest of the plan is missing. Never a success."""
 
 
 @dataclass

@@ -62,6 +62,7 @@ from planexec.events import (
     StepFinished,
 )
 from planexec.plan import Plan
+from planexec.planner import cut_off
 from planexec.results import Run, RunStatus, StepResult, StepStatus
 from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, owner_alive
 from planexec.store.reading import run_from_store
@@ -355,7 +356,8 @@ async def continue_run(
     """Resume ``run_id`` by running the rest of its latest plan with ``execute``.
 
     ``bus`` must deliver to ``store`` (and is what ``execute`` emits to). No recovery,
-    re-planning or answer: the run succeeds when every step of the plan succeeds. The
+    re-planning or answer: the run succeeds when every step of the plan succeeds (it is
+    INCOMPLETE when the plan's reply was cut off, `planexec.planner.cut_off`). The
     agent's `resume_run` adds those.
 
     Raises:
@@ -373,11 +375,16 @@ async def continue_run(
         return run_from_store(store, run_id)
     await _announce(rp, store, bus)
     results = await execute(rp.plan, rp.prior, rp.plan_version)
-    failed = [r for r in results if not r.ok]
+    cut = cut_off(rp.plan)  # a cut-off plan never ends SUCCEEDED
+    unrunnable = cut.unrunnable if cut is not None else ()
+    failed = [r for r in results if not r.ok and r.step_id not in unrunnable]
     if failed:
         first = failed[0]
         await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.FAILED),
                                    error=first.error or f"step {first.step_id} {first.status}"))
+    elif cut is not None:
+        await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.INCOMPLETE),
+                                   error=f"the plan is incomplete: {cut.describe()}"))
     else:
         await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.SUCCEEDED)))
     return run_from_store(store, run_id)
@@ -565,8 +572,9 @@ async def execute_recorded(
 
     Emits ``RunStarted`` (``question``, ``config``), ``PlanCreated`` (version 1, the plan
     and its ``text``), then the executor's events, then ``RunFinished`` (SUCCEEDED, or
-    FAILED naming the first failure, or CANCELLED), and flushes ``store`` (if given;
-    it must already be subscribed to ``bus``).
+    FAILED naming the first failure, or INCOMPLETE when the plan's reply was cut off
+    and nothing else failed, or CANCELLED), and flushes ``store`` (if given; it must
+    already be subscribed to ``bus``).
 
     Raises:
         asyncio.CancelledError: the run was cancelled (recorded as CANCELLED first).
@@ -586,12 +594,17 @@ async def execute_recorded(
                 )
             )
             raise
-        failed = first_failure(results)
-        if executor.cancelled:
-            status, error = RunStatus.CANCELLED, "the run was cancelled by the caller"
+        cut = cut_off(plan)
+        unrunnable = cut.unrunnable if cut is not None else ()
+        failed = first_failure([r for r in results if r.step_id not in unrunnable])
+        if executor.cancelled:  # by the caller, or by executor.run_timeout (its reason)
+            status = RunStatus.CANCELLED
+            error = executor.cancel_reason or "the run was cancelled by the caller"
         elif failed is not None:
             status = RunStatus.FAILED
             error = failed.error or f"step {failed.step_id} {failed.status.value}"
+        elif cut is not None:  # never a silent success: the plan's end is missing
+            status, error = RunStatus.INCOMPLETE, f"the plan is incomplete: {cut.describe()}"
         else:
             status, error = RunStatus.SUCCEEDED, None
         await bus.emit(RunFinished(run_id=run_id, status=str(status), error=error))

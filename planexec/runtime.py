@@ -45,6 +45,7 @@ from planexec.recovery import Limits
 from planexec.resilience import BreakerRegistry, ResilientModelClient
 from planexec.resolver import ArgResolver
 from planexec.results import Usage
+from planexec.selection import ModelToolSelector
 from planexec.tools import ToolCatalog
 
 __all__ = ["RunServices", "Runtime", "limit_guard", "tool_runner"]
@@ -164,6 +165,9 @@ class Runtime:
         for i, seq in enumerate(cfg.limits.sequence_limits):
             named += [(f"limits.sequence_limits[{i}].pattern", n) for n in seq.pattern]
         named += [(f"executor.tool_timeouts[{n!r}]", n) for n in cfg.executor.tool_timeouts]
+        named += [
+            (f"executor.tool_output_limits[{n!r}]", n) for n in cfg.executor.tool_output_limits
+        ]
         problems: list[str] = []
         down = getattr(catalog, "unavailable", None) or {}
         for key, name in named:
@@ -219,7 +223,11 @@ class Runtime:
 
     def resolver(self, client: ModelClient | None) -> ArgResolver:
         """An `ArgResolver` whose fallback calls ``client``, with ``resolver.output_budget``."""
-        return ArgResolver(client, output_budget=self.config.resolver.output_budget)
+        return ArgResolver(
+            client,
+            output_budget=self.config.resolver.output_budget,
+            ungrounded=self.config.resolver.ungrounded,
+        )
 
     def open_run(
         self,
@@ -256,6 +264,8 @@ class Runtime:
             resolver,
             config=settings,
             reasoner=reasoner,
+            # steps naming an agent or server but no tool: selection, on the same client
+            selector=ModelToolSelector(client, question=question) if client else None,
             bus=bus,
             run_id=run_id,
             usage=usage,

@@ -5,7 +5,8 @@
 - `FunctionChatModel`: a chat model whose reply is computed by a function of the messages.
 - `FunctionModel`: the fake at planexec's own seam (like pydantic-ai's ``FunctionModel``):
   its function receives a `ModelCall` — the call's purpose (``plan``, ``resolve``,
-  ``reason``, ``answer``, ``evaluate``), the step, the keys a resolution must fill — so a
+  ``reason``, ``select``, ``answer``, ``evaluate``), the step, the keys a resolution must
+  fill (for ``select``: the candidate tools' qualified names) — so a
   test answers by what the call is for, never by reading prompt text.
 - `fake_tool`: a langchain-core tool with a canned output, error or latency, that
   records its calls.

@@ -10,16 +10,23 @@ Tool names may be qualified by their server (``iot.sites``). The same tool name 
 servers is allowed; looking it up without the server is then an error that lists the
 candidates (`AmbiguousToolError`).
 
-The module also holds the helpers the executor uses around a call: `invoke_tool`,
-`normalize_output` (step outputs keep their structure) and `error_payload`.
+The module also holds the helpers the executor uses around a call: `invoke_tool`
+(a tool without an async implementation runs in a daemon thread of its own, so that a
+call that never returns can be abandoned), `normalize_output` (step outputs keep their
+structure), `check_output` (size, cycles, depth, what JSON cannot keep) and
+`error_payload`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import difflib
+import functools
 import json
+import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -29,14 +36,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import InitErrorDetails
 
 from planexec._loading import load_object
+from planexec._log import logger
 from planexec.errors import ToolLoadError
+from planexec.results import MAX_JSON_DEPTH, encode_json
 
 __all__ = [
     "AmbiguousToolError",
     "ToolCallError",
     "ToolCatalog",
     "ToolHints",
+    "ToolOutputError",
     "ToolSpec",
+    "check_output",
     "error_payload",
     "invoke_tool",
     "load_tools",
@@ -73,6 +84,10 @@ class AmbiguousToolError(KeyError):
 
 class ToolCallError(RuntimeError):
     """A tool reported an error in its `ToolMessage` (status ``error``)."""
+
+
+class ToolOutputError(ValueError):
+    """A tool's output cannot be kept: too large, a cycle, or nested too deeply."""
 
 
 @dataclass(frozen=True)
@@ -579,7 +594,7 @@ async def invoke_tool(spec: ToolSpec, args: Mapping[str, Any]) -> Any:
     artifact = tool.response_format == "content_and_artifact"
     if artifact or tool.handle_tool_error or tool.handle_validation_error:
         call = {"type": "tool_call", "name": tool.name, "args": dict(args), "id": _call_id()}
-        message = await tool.ainvoke(call)
+        message = await _ainvoke(tool, call)
         if isinstance(message, ToolMessage):
             if message.status == "error":
                 raise ToolCallError(str(message.content))
@@ -587,11 +602,79 @@ async def invoke_tool(spec: ToolSpec, args: Mapping[str, Any]) -> Any:
                 return message.artifact
             return message.content
         return message
-    return await tool.ainvoke(dict(args))
+    return await _ainvoke(tool, dict(args))
 
 
 def _call_id() -> str:
     return f"planexec-{uuid.uuid4().hex[:12]}"
+
+
+def sync_only(tool: BaseTool) -> bool:
+    """Whether a tool has no async implementation (only a sync function or ``_run``)."""
+    coroutine = getattr(tool, "coroutine", _NO_ATTR)
+    if coroutine is not _NO_ATTR:  # StructuredTool, Tool
+        return coroutine is None
+    return type(tool)._arun is BaseTool._arun
+
+
+_NO_ATTR = object()
+
+
+async def _ainvoke(tool: BaseTool, payload: Any) -> Any:
+    if sync_only(tool):
+        return await run_in_daemon_thread(functools.partial(tool.invoke, payload), tool.name)
+    return await tool.ainvoke(payload)
+
+
+async def run_in_daemon_thread(fn: Callable[[], Any], name: str) -> Any:
+    """Run a blocking function in a daemon thread of its own and await its result.
+
+    Unlike the event loop's default executor (which langchain uses for sync tools), the
+    thread is not joined when the loop or the process ends: when the awaiting task is
+    cancelled (a timeout, Ctrl-C), the call is abandoned and logged, and keeps running
+    until it returns on its own; its result is then dropped.
+
+    Args:
+        fn: The call to make (with the caller's context variables).
+        name: The tool's name, for the thread's name and the log.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def work() -> None:
+        outcome: tuple[bool, Any]
+        try:
+            outcome = (True, context.run(fn))
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome = (False, exc)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit must not stop the loop
+            outcome = (False, RuntimeError(f"tool {name!r} raised {type(exc).__name__}: {exc}"))
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is closed: nobody waits for this call any more
+            pass
+
+    thread = threading.Thread(target=work, name=f"planexec-tool-{name}", daemon=True)
+    thread.start()
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if thread.is_alive():
+            logger.bind(run_id="-", step_id=None).warning(
+                "tool {!r} runs in a thread that cannot be stopped: abandoned (it keeps "
+                "running until it returns, and its result is dropped)",
+                name,
+            )
+        raise
 
 
 def _text_blocks(content: Any) -> str | None:
@@ -616,6 +699,9 @@ def normalize_output(raw: Any) -> tuple[Any, Any]:
     - a string holding a JSON object or array is parsed (the text is kept as raw);
       other strings (including JSON scalars like ``"42"``) stay strings;
     - a `ToolMessage` gives its artifact, or else its content (text blocks joined).
+
+    Raises:
+        ToolOutputError: JSON text nested too deeply for the parser.
     """
     if isinstance(raw, ToolMessage):
         if raw.artifact is not None:
@@ -633,12 +719,67 @@ def normalize_output(raw: Any) -> tuple[Any, Any]:
                 parsed = json.loads(stripped)
             except ValueError:
                 return raw, raw
+            except RecursionError as exc:
+                raise ToolOutputError(
+                    f"the output is JSON text nested too deeply to read "
+                    f"(more than {MAX_JSON_DEPTH} levels are refused)"
+                ) from exc
             if isinstance(parsed, dict | list):
                 return parsed, raw
         return raw, raw
     if isinstance(raw, tuple):
         return list(raw), raw
     return raw, raw
+
+
+def _json_size(data: Any, limit: int | None) -> int:
+    """The length of ``data``'s compact JSON text, counted up to just over ``limit``."""
+    size = 0
+    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for chunk in encoder.iterencode(data):
+        size += len(chunk)
+        if limit is not None and size > limit:
+            break
+    return size
+
+
+def check_output(raw: Any, *, limit: int | None = None) -> tuple[Any, Any, list[str]]:
+    """Normalize a tool's output and check that it can be kept as it is.
+
+    Args:
+        raw: What the tool returned.
+        limit: The largest output kept, in characters: the length of a text output
+            (before its JSON is parsed), else of the output's compact JSON encoding.
+
+    Returns:
+        ``(output, raw, warnings)``: `normalize_output`'s pair, and what JSON cannot
+        keep of it (colliding keys, objects recorded as their ``repr``; see
+        `planexec.results.encode_json`).
+
+    Raises:
+        ToolOutputError: the output is over ``limit``, contains itself (a cycle), or is
+            nested deeper than `planexec.results.MAX_JSON_DEPTH`.
+    """
+    if limit is not None and isinstance(raw, str) and len(raw) > limit:
+        raise ToolOutputError(_too_large(len(raw), limit))
+    output, raw_out = normalize_output(raw)
+    encoded = encode_json(output)
+    if encoded.error is not None:
+        raise ToolOutputError(f"the output cannot be kept: {encoded.error}")
+    if limit is not None and not isinstance(raw, str):
+        size = _json_size(encoded.data, limit)
+        if size > limit:
+            raise ToolOutputError(_too_large(size, limit, json_text=True))
+    return output, raw_out, encoded.warnings
+
+
+def _too_large(size: int, limit: int, *, json_text: bool = False) -> str:
+    what = "as JSON " if json_text else ""
+    more = "more than " if json_text else ""
+    return (
+        f"the output is {more}{size:,} characters {what}long, over the limit of "
+        f"{limit:,} (executor.max_output_chars / executor.tool_output_limits); it was not kept"
+    )
 
 
 def _as_text(value: Any) -> str:

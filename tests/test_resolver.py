@@ -302,8 +302,8 @@ async def test_a_reference_to_a_step_that_did_not_succeed_fails_with_upstream_fa
 # -- the LLM fallback ----------------------------------------------------------------
 
 
-HINTED = Ref(2, hint="asset_id_for_Chiller_6_from_step_2",
-             raw="{asset_id_for_Chiller_6_from_step_2}")
+HINTED = Ref(2, hint="step_2_selected_asset_id",
+             raw="{step_2_selected_asset_id}")
 
 
 async def test_without_a_model_a_hinted_reference_fails_saying_which_argument_and_why() -> None:
@@ -311,7 +311,7 @@ async def test_without_a_model_a_hinted_reference_fails_saying_which_argument_an
                   ErrorKind.RESOLUTION_FAILED)
     assert fail.message == (
         "step 3 (target): argument 'asset_id' needs the LLM fallback (hinted reference "
-        "{asset_id_for_Chiller_6_from_step_2}) but no model is configured"
+        "{step_2_selected_asset_id}) but no model is configured"
     )
     assert fail.arg == "asset_id" and fail.llm_calls == 0
 
@@ -341,7 +341,7 @@ async def test_the_prompt_holds_task_tool_schema_referenced_outputs_and_hints_on
     assert '"required": ["asset_id", "site"]' in text
     assert "### step_1" in text and "### step_2" in text and "Chiller 6" in text
     assert "UNREFERENCED-SECRET-OUTPUT" not in text and "### step_3" not in text
-    assert "- asset_id:" in text and "{asset_id_for_Chiller_6_from_step_2}" in text
+    assert "- asset_id:" in text and "{step_2_selected_asset_id}" in text
     assert "hinted reference" in text
     assert 'exactly these keys: "asset_id"' in text
     assert "- site =" in text  # already resolved, shown for context only
@@ -351,7 +351,7 @@ async def test_long_outputs_are_cut_to_the_budget_with_a_note() -> None:
     big = {"rows": ["x" * 50] * 100}
     total = len(json.dumps(big))
     results = {**RESULTS, 7: ok(7, big)}
-    model = ScriptedChatModel(replies=['{"row": "x"}'])
+    model = ScriptedChatModel(replies=[json.dumps({"row": "x" * 50})])  # a grounded row
     s = step({"row": Ref(7, hint="the_first_row", raw="{the_first_row_of_step_7}")})
     resolved(await resolve(s, spec_of(row=str), model, results=results, output_budget=120))
     text = prompt_of(model)
@@ -527,12 +527,12 @@ async def test_feedback_forces_the_fallback_for_the_arguments_it_names() -> None
 
 
 async def test_feedback_naming_no_argument_resends_only_the_arguments_from_references() -> None:
-    model = ScriptedChatModel(replies=['{"n": 1}'])
+    model = ScriptedChatModel(replies=['{"n": 42}'])  # grounded: step 4 has n = 42
     feedback = StepError(ErrorKind.TOOL_ERROR, "the tool said: nothing found for site, n")
     out = resolved(await resolve(step({"site": "MAIN", "n": Ref(4, ("n",))}),
                                  spec_of(site=str, n=int), model, feedback=feedback))
     assert out.methods == {"site": M.LITERAL, "n": M.LLM}
-    assert out.args == {"site": "MAIN", "n": 1}
+    assert out.args == {"site": "MAIN", "n": 42}
 
 
 async def test_feedback_naming_a_literal_never_sends_it_to_the_fallback() -> None:

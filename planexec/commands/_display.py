@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from planexec.results import StepStatus
+import json
+from typing import Any
 
-__all__ = ["STEP_STYLES"]
+from planexec.results import StepStatus, jsonable
+
+__all__ = ["STEP_STYLES", "to_json"]
+
+
+def to_json(data: Any, **kwargs: Any) -> str:
+    """The JSON text the commands print: always valid JSON.
+
+    The data goes through `planexec.results.jsonable` first (NaN and infinities become
+    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; objects that are not JSON
+    data their encodings), and ``allow_nan=False`` guarantees no bare ``NaN`` is ever
+    written. ``kwargs`` go to `json.dumps` (``indent``, ``ensure_ascii``...).
+    """
+    return json.dumps(jsonable(data), allow_nan=False, **kwargs)
 
 STEP_STYLES: dict[StepStatus, str] = {
     StepStatus.SUCCEEDED: "green",

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from langchain_core.tools import BaseTool
 
+from planexec.commands._args import read_text_file
 from planexec.errors import ConfigError, ToolLoadError
 from planexec.tools import load_tools
 
@@ -37,11 +38,14 @@ async def open_tools(args: argparse.Namespace) -> AsyncIterator[list[BaseTool]]:
     fail with ``TOOL_ERROR`` and that message.
 
     Raises:
-        ConfigError: neither option was given.
+        ConfigError: neither option was given, or the MCP config file cannot be read
+            as UTF-8 text.
         ToolLoadError: a module or an MCP server could not give its tools.
     """
     if not args.tools and not args.mcp_config:
         raise ConfigError("give the tools: --tools MODULE:ATTR and/or --mcp-config FILE")
+    if args.mcp_config:
+        read_text_file(args.mcp_config, "MCP config file")  # a one-line error, up front
     tools = load_tools(args.tools) if args.tools else []
     if not args.mcp_config:
         yield tools

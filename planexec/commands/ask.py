@@ -14,8 +14,6 @@ Exit codes: 0 when the run succeeded, 1 when it failed, 130 when it was interrup
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
 from typing import Any
 
@@ -24,7 +22,8 @@ from rich.markup import escape
 
 from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
-from planexec.commands._display import STEP_STYLES
+from planexec.commands._display import STEP_STYLES, to_json
+from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
 from planexec.config import AgentConfig, load_config
@@ -135,11 +134,11 @@ def ask_command(args: argparse.Namespace) -> int:
             return await agent.run(args.question, output_type=output_type)
 
     try:
-        run = asyncio.run(ask())
+        run = run_interruptible(ask())
     except KeyboardInterrupt:
         last = agents[0].last_run if agents else None
         if last is not None and args.json:
-            print(json.dumps(last.to_dict(), indent=2))
+            print(to_json(last.to_dict(), indent=2))
         print("planexec: interrupted", file=sys.stderr)
         return 130
     finally:
@@ -159,14 +158,14 @@ def ask_command(args: argparse.Namespace) -> int:
 
 def _print_run(run: Run, *, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(run.to_dict(), indent=2))
+        print(to_json(run.to_dict(), indent=2))
         return
     if run.answer is not None:
         print(run.answer)
     if run.output is not None:
-        print(json.dumps(run.output.model_dump(mode="json"), indent=2))
+        print(to_json(run.output.model_dump(mode="json"), indent=2))
     if run.answer is None and run.output is None:
         for r in sorted(run.results, key=lambda r: r.step_id):
-            print(json.dumps(r.to_dict()))
+            print(to_json(r.to_dict()))
     if run.status is not RunStatus.SUCCEEDED:
         print(f"planexec: the run {run.status.value}: {run.error}", file=sys.stderr)

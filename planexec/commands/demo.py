@@ -8,9 +8,8 @@ the demo are replayed. The command says on screen which one it is using.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
+import sys
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -20,6 +19,8 @@ from rich.table import Table
 
 from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
+from planexec.commands._display import to_json
+from planexec.commands._interrupt import run_interruptible
 from planexec.commands.ask import Progress
 from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.config import load_config
@@ -113,7 +114,10 @@ def demo_command(args: argparse.Namespace) -> int:
     """Run the ``demo`` subcommand."""
     spec = args.model or os.environ.get(MODEL_ENV_VAR) or None
     if args.question is not None and not 1 <= args.question <= len(ALL_QUESTIONS):
-        print(f"planexec demo: --question must be between 1 and {len(ALL_QUESTIONS)}")
+        print(
+            f"planexec demo: error: --question must be between 1 and {len(ALL_QUESTIONS)}",
+            file=sys.stderr,
+        )
         return 2
     chosen = [ALL_QUESTIONS[args.question - 1]] if args.question is not None else ALL_QUESTIONS
     config = load_config(args.config) if args.config else None
@@ -132,7 +136,7 @@ def demo_command(args: argparse.Namespace) -> int:
         output_type = load_object(str(output_spec)) if output_spec else None
         if output_type is not None:
             console.print(f"typed answer: {output_spec}", markup=False)
-        run = asyncio.run(agent.run(question["question"], output_type=output_type))
+        run = run_interruptible(agent.run(question["question"], output_type=output_type))
         runs.append(run)
         if not args.json:
             console.print(_table(run))
@@ -146,5 +150,5 @@ def demo_command(args: argparse.Namespace) -> int:
                 f"run id {run.run_id}"
             )
     if args.json:
-        print(json.dumps([r.to_dict() for r in runs], indent=2))
+        print(to_json([r.to_dict() for r in runs], indent=2))
     return 0 if all(r.status is RunStatus.SUCCEEDED for r in runs) else 1

@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from planexec.errors import PlanexecError, PlanParseError
+from planexec.commands._args import read_input
+from planexec.commands._display import to_json
+from planexec.errors import ConfigError, PlanexecError, PlanParseError
 from planexec.parsing import DIALECTS, DRAFT_POLICIES, check_plan, parse_plan
 from planexec.plan import Plan, Severity, Step, to_jsonable
 
@@ -73,18 +73,16 @@ class _InputError(PlanexecError):
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _InputError(f"cannot read {path}: {exc}") from exc
+        return read_input(path, "plan file")
+    except ConfigError as exc:
+        raise _InputError(str(exc)) from exc
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
     print(f"planexec: error: {message}", file=sys.stderr)
     if getattr(args, "json", False):
-        print(json.dumps({"error": message}, ensure_ascii=False))
+        print(to_json({"error": message}, ensure_ascii=False))
     return 2
 
 
@@ -138,7 +136,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _compact(value: Any, limit: int = 70) -> str:
-    text = json.dumps(to_jsonable(value), ensure_ascii=False, separators=(", ", ": "))
+    text = to_json(to_jsonable(value), ensure_ascii=False, separators=(", ", ": "))
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
@@ -158,7 +156,7 @@ def _call(step: Step) -> str:
 
 def _print_plan(plan: Plan, *, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(plan.to_dict(), ensure_ascii=False, indent=2))
+        print(to_json(plan.to_dict(), ensure_ascii=False, indent=2))
         return
     from rich.console import Console
     from rich.markup import escape
@@ -226,7 +224,7 @@ def render_dot(plan: Plan) -> str:
     out = ["digraph plan {", "    rankdir=TB;", "    node [shape=box];"]
     ids = set(plan.ids)
     for s in plan.steps:
-        attrs = [f"label={json.dumps(_label(s), ensure_ascii=False)}"]
+        attrs = [f"label={to_json(_label(s), ensure_ascii=False)}"]
         if s.tool is None:
             attrs.append("shape=ellipse")
         if not s.args_valid:

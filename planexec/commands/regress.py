@@ -7,6 +7,7 @@ could not run, 2 on a usage error (no scenario selected, a path that does not ex
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from planexec.commands._args import positive_int, read_text_file
 from planexec.errors import ConfigError
 
 __all__ = ["register", "regress_command"]
@@ -47,7 +49,7 @@ def register(subparsers: Any) -> None:
         help="select scenarios: comma-separated terms, each a substring or a glob "
         "(*, ?, [..]) of a scenario's name or tags; !TERM excludes",
     )
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="worker processes")
     p.add_argument(
         "--ray",
         nargs="?",
@@ -85,6 +87,9 @@ def regress_command(args: argparse.Namespace) -> int:
     )
     from planexec.regress.runner import run_suite
 
+    for path in args.paths:  # a named file that cannot be read fails on one line, up front
+        if Path(path).is_file():
+            read_text_file(path, "scenario file")
     err = Console(stderr=True)
     out = Console()
     if not out.is_terminal:

@@ -1,8 +1,9 @@
 """``planexec run PLAN --tools MODULE:ATTR``: parse a plan, execute it, show the steps.
 
 Exit codes: 0 when no step failed (a reasoning step skipped for want of a model is
-not a failure), 1 when some step failed, was blocked or was cancelled, 2 when there
-is no plan to run.
+not a failure), 1 when some step failed, was blocked or was cancelled, or the plan is
+incomplete (its reply was cut off inside a step: run INCOMPLETE), 2 when there is no
+plan to run.
 
 The run is recorded in the run store (``--store PATH``, default ``$PLANEXEC_STORE`` or a
 file in the user data directory) unless ``--no-store`` is given: the plan, each step's
@@ -17,7 +18,14 @@ breaker (``model.*``), the run limits (``limits.*``: a step over them fails with
 and ``--timeout`` override ``executor.max_concurrency`` and ``executor.step_timeout``
 when given. The whole configuration is recorded with the run.
 
-``--json`` prints ``{"run_id", "steps": [StepResult.to_dict() ...], "usage",
+``executor.run_timeout`` (600 s by default) bounds the whole execution: when it runs
+out, the run is recorded ``CANCELLED`` with that reason. The first Ctrl-C cancels the
+run (recorded ``CANCELLED``, exit 130); a second one exits at once. Bad options
+(``--timeout 0``, ``nan``) and unreadable or non-UTF-8 files are one-line errors with
+exit 2.
+
+``--json`` prints valid JSON (NaN and infinities as ``"NaN"``, ``"Infinity"``) as
+``{"run_id", "steps": [StepResult.to_dict() ...], "usage",
 "diagnostics"}``: each step with its ``raw_output`` and its ``resolution`` (on a failed
 step, the methods of the arguments that did resolve); ``usage.llm_calls`` names every
 purpose a plan run has (``resolve``, ``reason``) with explicit zeros, and
@@ -27,27 +35,27 @@ purpose a plan run has (``resolve``, ``reason``) with explicit zeros, and
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planexec.commands._display import STEP_STYLES
+from planexec.commands._args import positive_float, positive_int, read_input
+from planexec.commands._display import STEP_STYLES, to_json
+from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
 from planexec.config import AgentConfig, load_config
-from planexec.errors import ConfigError, PlanParseError
+from planexec.errors import PlanParseError
 from planexec.events import EventBus
 from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
+from planexec.planner import cut_off
 from planexec.results import StepResult, Usage
 from planexec.runs import (
     TOOL_SOURCE_KEY,
@@ -89,14 +97,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-concurrency",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="steps run at once (overrides executor.max_concurrency; default 8)",
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float,
         default=None,
         metavar="S",
         help="per-step timeout in seconds (overrides executor.step_timeout)",
@@ -106,12 +114,7 @@ def register(subparsers: Any) -> None:
 
 
 def _read_plan(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan file {path!r}: {exc}") from exc
+    return read_input(path, "plan file")
 
 
 RUN_PURPOSES = ("resolve", "reason")
@@ -125,8 +128,9 @@ def _usage_dict(usage: Usage) -> dict[str, Any]:
     return data
 
 
-def _exit_code(results: list[StepResult]) -> int:
-    return 1 if first_failure(results) is not None else 0
+def _exit_code(results: list[StepResult], plan: Plan | None = None) -> int:
+    incomplete = plan is not None and cut_off(plan) is not None  # run INCOMPLETE
+    return 1 if first_failure(results) is not None or incomplete else 0
 
 
 def run_config(args: argparse.Namespace) -> AgentConfig:
@@ -158,7 +162,7 @@ def run_command(args: argparse.Namespace) -> int:
         parsed = parse_plan(text, args.dialect)
     except PlanParseError as exc:
         if args.json:
-            print(json.dumps({"steps": [], "error": str(exc), "diagnostics": []}))
+            print(to_json({"steps": [], "error": str(exc), "diagnostics": []}))
         else:
             print(f"planexec: no plan: {exc}", file=sys.stderr)
         return 2
@@ -196,7 +200,7 @@ def run_command(args: argparse.Namespace) -> int:
             return plan, results
 
     try:
-        plan, results = asyncio.run(execute())
+        plan, results = run_interruptible(execute())
     finally:
         if store is not None:
             store.close()
@@ -204,7 +208,7 @@ def run_command(args: argparse.Namespace) -> int:
     results.sort(key=lambda r: order.get(r.step_id, len(order)))
     if args.json:
         print(
-            json.dumps(
+            to_json(
                 {
                     "run_id": run_id,
                     "steps": [r.to_dict() for r in results],
@@ -212,14 +216,13 @@ def run_command(args: argparse.Namespace) -> int:
                     "diagnostics": [d.to_dict() for d in plan.diagnostics],
                 },
                 indent=2,
-                default=str,
             )
         )
     else:
         _print_table(plan, results, usage)
     if store is not None:
         print(recorded_message(args, run_id), file=sys.stderr)
-    return _exit_code(results)
+    return _exit_code(results, plan)
 
 
 def _print_table(plan: Plan, results: list[StepResult], usage: Usage) -> None:

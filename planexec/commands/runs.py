@@ -19,10 +19,8 @@ the user data directory). `add_store_arguments` and `store_from_args` give ``run
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import html
-import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -31,6 +29,8 @@ from typing import Any, cast
 
 from planexec._log import run_log
 from planexec._text import snippet
+from planexec.commands._display import to_json
+from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.errors import ConfigError, MissingExtraError, RunError, require_extra
 from planexec.results import RunStatus, StepStatus
@@ -236,7 +236,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+        print(to_json([r.to_dict() for r in records], indent=2))
         return 0
     if not records:
         what = f" with status {args.status}" if args.status else ""
@@ -285,7 +285,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(to_json(data, indent=2))
         return 0
     run = data["run"]
     kind = f" [{run['error_kind']}]" if run.get("error_kind") else ""
@@ -328,6 +328,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"{s['status']:<10} {_seconds(s['duration']):>8}  attempts={s['attempts']} "
             f"llm={s['llm_calls']}  args: {res}"
         )
+        for arg, g in (s.get("grounding") or {}).items():  # where filled-in values come from
+            where = ", ".join(g.get("paths") or []) or "-"
+            missing = f"; found nowhere: {', '.join(g['missing'])}" if g.get("missing") else ""
+            print(f"      {arg}: {g.get('status')} at {where}{missing}")
         if s.get("error"):
             print(f"      {s['error_kind']}: {s['error']}")
         if s.get("note"):
@@ -350,7 +354,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         doc = store.export(args.run_id)
     finally:
         store.close()
-    text = json.dumps(doc, indent=2, default=str)
+    text = to_json(doc, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
         print(f"wrote {args.out}", file=sys.stderr)
@@ -415,7 +419,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 "recorded process still seems to be running; if it is, both will run its "
                 "steps", file=sys.stderr,
             )
-        code, run = asyncio.run(_resume(args, store, source))
+        code, run = run_interruptible(_resume(args, store, source))
     finally:
         store.close()
     if run is None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import sys
 from typing import Any
 
+from planexec.commands._args import port_number
 from planexec.errors import ConfigError
 
 __all__ = ["TOKEN_ENV", "register"]
@@ -40,11 +40,36 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="HTTP port (default 8000)")
     p.add_argument(
         "--token",
         default=None,
         help=f"require 'Authorization: Bearer TOKEN' on HTTP requests (or set ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="also accept this Host header on HTTP requests (repeatable; 'name:*' for any "
+        "port). The bind address with its port (and, on loopback, localhost) is always "
+        "accepted; any other Host is refused (DNS-rebinding protection)",
+    )
+    p.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="also accept this Origin header on HTTP requests (repeatable), e.g. "
+        "https://app.example.com",
+    )
+    p.add_argument(
+        "--max-plan-chars",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the longest plan text parse_plan, validate_plan and execute_plan accept "
+        "(default 200000 characters)",
     )
     p.add_argument(
         "--expose-tools", action="store_true", help="also expose the underlying tools themselves"
@@ -59,15 +84,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=handle)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def handle(args: argparse.Namespace) -> int:
     """Run the server until it is stopped; returns the exit code."""
     from planexec.errors import require_extra
@@ -75,7 +91,7 @@ def handle(args: argparse.Namespace) -> int:
     require_extra("mcp", "mcp")
     from planexec._log import logger
     from planexec.mcp.client import MCPToolset
-    from planexec.mcp.server import build_server, serve
+    from planexec.mcp.server import MAX_PLAN_CHARS, build_server, is_loopback, serve
     from planexec.runs import tool_source
     from planexec.store import open_store
     from planexec.tools import load_tools
@@ -83,10 +99,14 @@ def handle(args: argparse.Namespace) -> int:
     if not args.tools and not args.mcp_config:
         raise ConfigError("planexec serve needs --tools MODULE:ATTR or --mcp-config FILE")
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    if args.http and not _is_loopback(args.host) and not token:
-        logger.bind(run_id="-", step_id=None).warning(
-            "serving on {} without a token: anyone who can reach it can run tools", args.host
+    if args.http and not is_loopback(args.host) and not token:
+        raise ConfigError(
+            f"refusing to serve on {args.host} without a token: anyone who can reach it could "
+            f"run the tools; pass --token TOKEN (or set {TOKEN_ENV}), or bind a loopback address"
         )
+    max_plan_chars = args.max_plan_chars if args.max_plan_chars is not None else MAX_PLAN_CHARS
+    if max_plan_chars < 1:
+        raise ConfigError(f"--max-plan-chars must be positive, not {max_plan_chars}")
     if token and not args.http:
         logger.bind(run_id="-", step_id=None).warning(
             "--token only applies to --http; stdio needs none"
@@ -116,6 +136,7 @@ def handle(args: argparse.Namespace) -> int:
             tool_source=source,
             all_runs=args.all_runs,
             config=config,
+            max_plan_chars=max_plan_chars,
         )
 
     def ready(endpoint: str) -> None:
@@ -133,6 +154,8 @@ def handle(args: argparse.Namespace) -> int:
                 host=args.host,
                 port=args.port,
                 token=token if args.http else None,
+                allowed_hosts=args.allowed_host,
+                allowed_origins=args.allowed_origin,
                 on_ready=ready,
             )
         )

@@ -8,25 +8,36 @@ JSON schemas for its input and its output:
   matches) and missing required arguments, checked against the tool catalog;
 - ``execute_plan``: plan text → step results, with a progress notification per step;
 - ``ask``: a question → the answer and a run summary (needs a model);
-- ``get_run``: a recorded run from the run store.
+- ``get_run``: a recorded run from the run store, its step results a page at a time.
 
 With ``expose_tools=True`` it also re-exposes the underlying tools themselves
 (`expose_tool`), with their input schemas and safety hints as MCP annotations.
 
 Bad input — plan text with no usable plan, unknown tools, arguments of the wrong type —
 comes back as an MCP error result (``is_error``) with a clear message; the server keeps
-running. `serve` runs the server over stdio, or over streamable HTTP bound to 127.0.0.1
-by default, with bearer-token authentication when a token is given.
+running. So do arguments a tool does not take (`check_arguments`) and plan text over
+``max_plan_chars``. Plans are parsed and checked on a worker thread, so a large plan does
+not stall other clients' calls. Results are bounded (`RESULT_BUDGET_BYTES`): a large run
+returns its first step results and the run id, and ``get_run`` pages through the rest.
+
+`serve` runs the server over stdio (behind `planexec.mcp.stdio_guard`, which answers every
+malformed request instead of dropping it), or over streamable HTTP bound to 127.0.0.1 by
+default, with Host/Origin checks (DNS-rebinding protection) on every bind and
+bearer-token authentication when a token is given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hmac
+import ipaddress
+import itertools
 import json
+import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -39,6 +50,7 @@ from planexec.results import jsonable
 
 require_extra("mcp", "mcp")
 
+import anyio.to_thread  # noqa: E402
 import mcp_types  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
@@ -47,6 +59,7 @@ from mcp.server.mcpserver.utilities.func_metadata import (  # noqa: E402
     ArgModelBase,
     FuncMetadata,
 )
+from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -64,15 +77,38 @@ __all__ = [
     "ParsePlanResult",
     "StepResultOut",
     "ValidatePlanResult",
+    "allowed_hosts_for",
     "bearer_auth",
     "build_server",
+    "check_arguments",
     "expose_tool",
+    "is_loopback",
     "serve",
     "tools_server",
 ]
 
 PLANEXEC_TOOLS = ("parse_plan", "validate_plan", "execute_plan", "ask", "get_run")
 """The names of the tools planexec itself exposes."""
+
+MAX_PLAN_CHARS = 200_000
+"""The default limit on the plan text ``parse_plan``, ``validate_plan`` and
+``execute_plan`` accept (characters); ``build_server(max_plan_chars=)`` and
+``planexec serve --max-plan-chars`` change it."""
+
+RESULT_BUDGET_BYTES = 200_000
+"""The most UTF-8 bytes of step results (JSON) one ``execute_plan``, ``ask`` or ``get_run``
+result carries. A result also carries the same JSON as its text content, so one result
+stays well under the 1 MiB the official client accepts per server-sent event."""
+
+DIAGNOSTICS_BUDGET_BYTES = 40_000
+"""The most UTF-8 bytes of diagnostics (JSON) one result carries (the count is exact)."""
+
+DEFAULT_PAGE = 100
+"""How many step results ``execute_plan`` and ``ask`` return, and ``get_run`` pages by
+default (fewer when they exceed `RESULT_BUDGET_BYTES`)."""
+
+MAX_PAGE = 1000
+"""The largest ``limit`` ``get_run`` accepts."""
 
 SERVER_INSTRUCTIONS = (
     "planexec parses, validates and executes plans of tool steps. A plan is text in the "
@@ -95,6 +131,16 @@ Question = Annotated[str, Field(description="The question to answer.")]
 """The ``question`` input of ``ask``."""
 RunId = Annotated[str, Field(description="The run's id, as returned by execute_plan or ask.")]
 """The ``run_id`` input of ``get_run``."""
+Offset = Annotated[
+    int, Field(ge=0, description="The first step result to return (0-based; next_offset of "
+               "the previous page).")
+]
+"""The ``offset`` input of ``get_run``."""
+Limit = Annotated[
+    int, Field(ge=1, le=MAX_PAGE, description="The most step results to return (fewer when "
+               "they would exceed the result size budget).")
+]
+"""The ``limit`` input of ``get_run``."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -111,13 +157,21 @@ class DiagnosticOut(BaseModel):
 
 
 class ParsePlanResult(BaseModel):
-    """A parsed plan."""
+    """A parsed plan (a page of its steps for a long plan)."""
 
     dialect: str = Field(description="hashstep, rewoo or llmcompiler.")
     steps: list[dict[str, Any]] = Field(
-        description="The steps: id, task, server, tool, args, depends_on, references, ..."
+        description="The steps from offset on: id, task, server, tool, args, depends_on, "
+        "references, ..."
+    )
+    steps_total: int = Field(default=0, description="How many steps the plan has.")
+    next_offset: int | None = Field(
+        default=None, description="The offset of the next page of steps, or null."
     )
     diagnostics: list[DiagnosticOut] = Field(description="Everything noticed while parsing.")
+    diagnostics_total: int = Field(
+        default=0, description="How many diagnostics there are (diagnostics may hold fewer)."
+    )
     has_errors: bool = Field(description="Whether any diagnostic is an error.")
 
 
@@ -128,6 +182,9 @@ class ValidatePlanResult(BaseModel):
     dialect: str = Field(description="hashstep, rewoo or llmcompiler.")
     steps: int = Field(description="How many steps the plan has.")
     diagnostics: list[DiagnosticOut] = Field(description="Parse and check diagnostics.")
+    diagnostics_total: int = Field(
+        default=0, description="How many diagnostics there are (diagnostics may hold fewer)."
+    )
     unknown_tools: list[str] = Field(description="Tools the plan names that do not exist.")
 
 
@@ -145,12 +202,26 @@ class StepResultOut(BaseModel):
 
 
 class ExecutePlanResult(BaseModel):
-    """The results of executing a plan."""
+    """The results of executing a plan (the first page of them for a large plan)."""
 
     run_id: str = Field(description="The run's id (get_run returns it when a store is set).")
     ok: bool = Field(description="True when every step succeeded (or was skipped on purpose).")
-    results: list[StepResultOut] = Field(description="Step results, in plan order.")
+    status_counts: dict[str, int] = Field(
+        default_factory=dict, description="How many steps ended in each status."
+    )
+    results_total: int = Field(default=0, description="How many step results the run has.")
+    next_offset: int | None = Field(
+        default=None,
+        description="null when results holds every step result; else results holds the "
+        "first ones (in plan order) and get_run(run_id, offset=next_offset) returns the rest.",
+    )
+    results: list[StepResultOut] = Field(
+        description="Step results, in plan order (the first next_offset of them, when set)."
+    )
     diagnostics: list[DiagnosticOut] = Field(description="Parse and check diagnostics.")
+    diagnostics_total: int = Field(
+        default=0, description="How many diagnostics there are (diagnostics may hold fewer)."
+    )
     usage: dict[str, Any] = Field(
         default_factory=dict,
         description="Model calls by purpose (each attempt of a retried call counts), "
@@ -166,21 +237,163 @@ class AskResult(BaseModel):
     answer: str | None = Field(description="The answer, if any.")
     error: str | None = Field(default=None, description="Why the run failed, if it did.")
     plans: int = Field(description="How many plans were tried.")
-    results: list[StepResultOut] = Field(description="The latest result of every step.")
+    results: list[StepResultOut] = Field(
+        description="The latest result of every step (the first ones, when results_truncated)."
+    )
+    results_total: int = Field(default=0, description="How many step results there are.")
+    results_truncated: bool = Field(
+        default=False,
+        description="True when results holds only the first ones: get_run pages through all.",
+    )
     usage: dict[str, Any] = Field(description="Model calls, tokens, tool calls, wall time.")
 
 
 class GetRunResult(BaseModel):
-    """A run from the run store."""
+    """A run from the run store, with one page of its step results."""
 
-    run: dict[str, Any] = Field(description="The recorded run.")
+    run: dict[str, Any] = Field(
+        description="The recorded run: run (status, question, config, answer, step counts, "
+        "...), plans (each version's text and parsed plan; summarized when too large) and "
+        "steps (this page of step results, by plan version then plan order)."
+    )
+    offset: int = Field(description="The index of the first step result in run.steps.")
+    steps_total: int = Field(description="How many step results the run has.")
+    next_offset: int | None = Field(
+        description="The offset of the next page, or null when this page is the last."
+    )
 
 
 # --------------------------------------------------------------------------- helpers
 
 
 def _diagnostics(plan: Plan) -> list[DiagnosticOut]:
-    return [DiagnosticOut(**d.to_dict()) for d in plan.diagnostics]
+    """The plan's diagnostics, as many as fit `DIAGNOSTICS_BUDGET_BYTES`."""
+    out: list[DiagnosticOut] = []
+    used = 0
+    for d in plan.diagnostics:
+        item = DiagnosticOut(**d.to_dict())
+        used += _json_size(item.model_dump(mode="json"))
+        if used > DIAGNOSTICS_BUDGET_BYTES and out:
+            break
+        out.append(item)
+    return out
+
+
+def check_arguments(tool: str, given: Collection[str], accepted: Collection[str]) -> None:
+    """Refuse arguments a tool does not take, naming them with their close matches.
+
+    Used by planexec's own tools and by every tool `expose_tool` re-exposes: an unknown
+    argument is never ignored (``execute_plan {"dry_run": true}`` would otherwise run
+    the plan).
+
+    Args:
+        tool: The tool's public name (for the message).
+        given: The argument names the caller sent.
+        accepted: The argument names the tool takes.
+
+    Raises:
+        ToolError: some argument is not accepted.
+    """
+    unknown = [name for name in given if name not in accepted]
+    if not unknown:
+        return
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(accepted), n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        parts.append(f"{name!r}{hint}")
+    takes = ", ".join(sorted(accepted)) or "no arguments"
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    raise ToolError(f"{tool} got unknown {noun} {', '.join(parts)}; it takes: {takes}")
+
+
+class _StrictTool(MCPServerTool):
+    """An SDK tool that refuses unknown arguments (`check_arguments`) before running.
+
+    ``accepted_args`` is the set of names it takes (None: the properties of its input
+    schema); ``check_args=False`` lets a tool whose schema allows extra arguments take
+    any.
+    """
+
+    accepted_args: frozenset[str] | None = None
+    check_args: bool = True
+
+    async def run(
+        self, arguments: dict[str, Any], context: Any, convert_result: bool = False
+    ) -> Any:
+        """Check the argument names, then run the tool as the SDK does."""
+        if self.check_args:
+            accepted = self.accepted_args
+            if accepted is None:
+                accepted = frozenset(self.parameters.get("properties") or {})
+            check_arguments(self.name, arguments, accepted)
+        return await super().run(arguments, context, convert_result=convert_result)
+
+
+def _json_size(value: Any) -> int:
+    """The UTF-8 size of ``value``'s JSON (surrogates counted, not rejected)."""
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+_KEEP_WHOLE = frozenset({"step_id", "tool", "server", "status", "error_kind"})
+
+
+def _trimmed(item: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A step result cut to fit ``budget``: its largest fields become short previews.
+
+    The cut fields are listed in ``truncated``; the full result stays in the run store
+    (``planexec runs export RUN_ID``).
+    """
+    out = dict(item)
+    cut: list[str] = []
+    sizes = sorted(
+        ((k, _json_size(v)) for k, v in out.items() if k not in _KEEP_WHOLE),
+        key=lambda kv: kv[1],
+        reverse=True,
+    )
+    for key, size in sizes:
+        if _json_size(out) <= budget:
+            break
+        preview = json.dumps(out[key], ensure_ascii=False, default=str)[:1000]
+        out[key] = f"{preview}... ({size} bytes, truncated)"
+        cut.append(key)
+    out["truncated"] = cut
+    return out
+
+
+def _fit(items: Iterable[dict[str, Any]], limit: int, budget: int) -> list[dict[str, Any]]:
+    """The leading ``items`` (at most ``limit``) whose JSON fits ``budget`` bytes.
+
+    At least one item is returned when there is one: alone over the budget, it is cut
+    to fit (`_trimmed`).
+    """
+    out: list[dict[str, Any]] = []
+    used = 0
+    for item in itertools.islice(items, limit):
+        size = _json_size(item)
+        if size > budget:
+            if out:
+                break
+            item = _trimmed(item, budget)
+            size = _json_size(item)
+        if out and used + size > budget:
+            break
+        out.append(item)
+        used += size
+    return out
+
+
+def _model_result(model: BaseModel) -> mcp_types.CallToolResult:
+    """A tool result whose text is the compact JSON of its structured content.
+
+    The SDK would render it indented, which can multiply its size.
+    """
+    data = model.model_dump(mode="json")
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)], structured_content=data
+    )
 
 
 def _describe_errors(plan: Plan, limit: int = 20) -> str:
@@ -189,6 +402,14 @@ def _describe_errors(plan: Plan, limit: int = 20) -> str:
     if more > 0:
         lines.append(f"  ... and {more} more")
     return "\n".join(lines)
+
+
+def _check_size(text: str, max_chars: int) -> None:
+    if len(text) > max_chars:
+        raise ToolError(
+            f"the plan text has {len(text):,} characters, over this server's limit of "
+            f"{max_chars:,} (planexec serve --max-plan-chars); split the plan or raise the limit"
+        )
 
 
 def _parse(text: str, dialect: str) -> Plan:
@@ -369,7 +590,7 @@ def expose_tool(
             raise ToolError(err)
         return _result_for(structured, wrap=wrap)
 
-    return MCPServerTool(
+    return _StrictTool(
         fn=run,
         name=public,
         description=spec.description or f"The {spec.name} tool.",
@@ -378,6 +599,8 @@ def expose_tool(
         is_async=True,
         annotations=annotations,
         meta={"planexec/server": spec.server} if spec.server else None,
+        accepted_args=frozenset(spec.arg_names),
+        check_args=not spec.allows_extra_args,
     )
 
 
@@ -440,12 +663,18 @@ def build_server(
     tool_source: Mapping[str, str] | None = None,
     all_runs: bool = False,
     config: AgentConfig | None = None,
+    max_plan_chars: int = MAX_PLAN_CHARS,
 ) -> MCPServer[Any]:
     """Build the planexec MCP server over a set of tools.
 
     ``execute_plan`` and ``ask`` run through one `planexec.runtime.Runtime` built from
     ``config``: the same model timeout, retries and circuit breaker (shared by every
     call of this server), limits and executor settings as the library.
+
+    Every tool refuses arguments it does not take (`check_arguments`). Plan text is
+    parsed and checked on a worker thread, never on the server's event loop. Results
+    are bounded: at most `DEFAULT_PAGE` step results within `RESULT_BUDGET_BYTES`;
+    ``get_run`` pages through the rest with ``offset`` and ``limit``.
 
     Args:
         tools: The tools plans may call.
@@ -463,14 +692,19 @@ def build_server(
             the runs this server recorded: the store may hold the user's other runs.
         config: Every setting (`AgentConfig`; ``agent_options["config"]`` or the
             defaults otherwise).
+        max_plan_chars: The longest plan text the plan tools accept; longer text is an
+            error result.
 
     Raises:
-        ConfigError: the config names tools that are not among ``tools``.
+        ConfigError: the config names tools that are not among ``tools``, or
+            ``max_plan_chars`` is not positive.
     """
     from planexec.runs import TOOL_SOURCE_KEY, StampedStore
     from planexec.runtime import Runtime
     from planexec.tools import ToolCatalog
 
+    if max_plan_chars < 1:
+        raise ConfigError(f"max_plan_chars must be positive, not {max_plan_chars}")
     catalog = ToolCatalog(list(tools))
     options = dict(agent_options or {})
     runtime = Runtime(
@@ -485,32 +719,60 @@ def build_server(
     extra_config = {TOOL_SOURCE_KEY: dict(tool_source)} if tool_source else {}
     recording = StampedStore(store, extra_config) if store is not None and extra_config else store
     own_runs: set[str] = set()
-    server: MCPServer[Any] = MCPServer(
-        name,
-        instructions=SERVER_INSTRUCTIONS,
-        version=_version(),
-        log_level="WARNING",
-        tools=_exposed_tools(catalog) if expose_tools else None,
-    )
+    own_tools: list[MCPServerTool] = []
 
-    @server.tool(
+    def register(
+        description: str, annotations: mcp_types.ToolAnnotations
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            own_tools.append(
+                _StrictTool.from_function(fn, description=description, annotations=annotations)
+            )
+            return fn
+
+        return add
+
+    async def parsed(text: str, dialect: str, *, check: bool) -> Plan:
+        """Parse (and check) plan text on a worker thread: the event loop keeps serving."""
+        from planexec.parsing import check_plan
+
+        _check_size(text, max_plan_chars)
+
+        def work() -> Plan:
+            plan = _parse(text, dialect)
+            return check_plan(plan, catalog) if check else plan
+
+        return await anyio.to_thread.run_sync(work)
+
+    @register(
         description=(
             "Parse plan text (hashstep, rewoo or llmcompiler) into steps with their tools, "
             "arguments, references and dependencies, and report every deviation as a "
-            "diagnostic. Does not check tools; see validate_plan."
+            "diagnostic. Does not check tools; see validate_plan. A long plan's steps come "
+            "a page at a time (offset, limit)."
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
-    def parse_plan(text: PlanText, dialect: Dialect = "auto") -> ParsePlanResult:
-        plan = _parse(text, dialect)
-        return ParsePlanResult(
-            dialect=plan.dialect,
-            steps=[jsonable(s.to_dict()) for s in plan.steps],
-            diagnostics=_diagnostics(plan),
-            has_errors=plan.has_errors,
+    async def parse_plan(
+        text: PlanText, dialect: Dialect = "auto", offset: Offset = 0, limit: Limit = DEFAULT_PAGE
+    ) -> Annotated[mcp_types.CallToolResult, ParsePlanResult]:
+        plan = await parsed(text, dialect, check=False)
+        steps = [jsonable(s.to_dict()) for s in plan.steps]
+        page = _fit(steps[offset:], limit, RESULT_BUDGET_BYTES)
+        end = offset + len(page)
+        return _model_result(
+            ParsePlanResult(
+                dialect=plan.dialect,
+                steps=page,
+                steps_total=len(steps),
+                next_offset=end if end < len(steps) else None,
+                diagnostics=_diagnostics(plan),
+                diagnostics_total=len(plan.diagnostics),
+                has_errors=plan.has_errors,
+            )
         )
 
-    @server.tool(
+    @register(
         description=(
             "Check plan text against the available tools: unknown tools (with close "
             "matches), missing or forward references, cycles, missing required arguments. "
@@ -518,44 +780,53 @@ def build_server(
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
-    def validate_plan(text: PlanText, dialect: Dialect = "auto") -> ValidatePlanResult:
-        from planexec.parsing import check_plan
-
-        plan = check_plan(_parse(text, dialect), catalog)
+    async def validate_plan(
+        text: PlanText, dialect: Dialect = "auto"
+    ) -> Annotated[mcp_types.CallToolResult, ValidatePlanResult]:
+        plan = await parsed(text, dialect, check=True)
         unknown = sorted(
             {s.tool for s in plan.steps if s.tool is not None and not catalog.has(s.tool, s.server)}
         )
-        return ValidatePlanResult(
-            valid=not plan.has_errors,
-            dialect=plan.dialect,
-            steps=len(plan.steps),
-            diagnostics=_diagnostics(plan),
-            unknown_tools=unknown,
+        return _model_result(
+            ValidatePlanResult(
+                valid=not plan.has_errors,
+                dialect=plan.dialect,
+                steps=len(plan.steps),
+                diagnostics=_diagnostics(plan),
+                diagnostics_total=len(plan.diagnostics),
+                unknown_tools=unknown,
+            )
         )
 
-    @server.tool(
+    @register(
         description=(
             "Execute plan text: steps run in dependency order (in parallel where possible), "
             "references to earlier results are resolved, and each step's result or error is "
             "returned. Sends a progress notification as each step finishes. A plan that does "
             "not validate (unknown tools, bad references, arguments of the wrong type) is "
-            "rejected with an error before anything runs."
+            "rejected with an error before anything runs. A large run returns its run id, "
+            "status counts and first step results; get_run pages through the rest."
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
     async def execute_plan(
         text: PlanText, ctx: Context, dialect: Dialect = "auto"
-    ) -> ExecutePlanResult:
+    ) -> Annotated[mcp_types.CallToolResult, ExecutePlanResult]:
         from planexec.events import EventBus, StepFinished
-        from planexec.parsing import check_plan
         from planexec.results import StepStatus, Usage
         from planexec.runs import execute_recorded
 
-        plan = check_plan(_parse(text, dialect), catalog)
-        problems = [str(d) for d in plan.errors] + _literal_arg_errors(plan, catalog)
+        plan = await parsed(text, dialect, check=True)
+        problems = await anyio.to_thread.run_sync(
+            lambda: [str(d) for d in plan.errors] + _literal_arg_errors(plan, catalog)
+        )
         if problems:
+            shown = problems[:50]
+            more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
             raise ToolError(
-                "the plan cannot run as written:\n" + "\n".join(f"  - {p}" for p in problems)
+                "the plan cannot run as written:\n"
+                + "\n".join(f"  - {p}" for p in shown)
+                + more
             )
         run_id = uuid.uuid4().hex[:12]
         own_runs.add(run_id)
@@ -596,15 +867,26 @@ def build_server(
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
         ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)
-        return ExecutePlanResult(
-            run_id=run_id,
-            ok=ok,
-            results=[_step_out(r) for r in results],
-            diagnostics=_diagnostics(plan),
-            usage=usage.to_dict(),
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[str(r.status)] = counts.get(str(r.status), 0) + 1
+        outs = [_step_out(r).model_dump(mode="json") for r in results[:DEFAULT_PAGE]]
+        page = _fit(outs, DEFAULT_PAGE, RESULT_BUDGET_BYTES)
+        return _model_result(
+            ExecutePlanResult(
+                run_id=run_id,
+                ok=ok,
+                status_counts=counts,
+                results_total=len(results),
+                next_offset=len(page) if len(page) < len(results) else None,
+                results=[StepResultOut(**r) for r in page],
+                diagnostics=_diagnostics(plan),
+                diagnostics_total=len(plan.diagnostics),
+                usage=usage.to_dict(),
+            )
         )
 
-    @server.tool(
+    @register(
         description=(
             "Answer a question with a plan-and-execute run: a model writes a plan over the "
             "available tools, planexec executes it (re-planning on failures) and answers. "
@@ -612,7 +894,9 @@ def build_server(
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
-    async def ask(question: Question, ctx: Context) -> AskResult:
+    async def ask(
+        question: Question, ctx: Context
+    ) -> Annotated[mcp_types.CallToolResult, AskResult]:
         if model is None:
             raise ToolError(
                 "ask needs a model: start the server with --model SPEC "
@@ -645,27 +929,35 @@ def build_server(
         finally:
             if agent.last_run is not None:
                 own_runs.add(agent.last_run.run_id)
-        return AskResult(
-            run_id=run.run_id,
-            status=str(run.status),
-            answer=run.answer,
-            error=run.error,
-            plans=len(run.attempts),
-            results=[_step_out(r) for r in run.results],
-            usage=run.usage.to_dict(),
+        outs = [_step_out(r).model_dump(mode="json") for r in run.results[:DEFAULT_PAGE]]
+        page = _fit(outs, DEFAULT_PAGE, RESULT_BUDGET_BYTES)
+        return _model_result(
+            AskResult(
+                run_id=run.run_id,
+                status=str(run.status),
+                answer=run.answer,
+                error=run.error,
+                plans=len(run.attempts),
+                results=[StepResultOut(**r) for r in page],
+                results_total=len(run.results),
+                results_truncated=len(page) < len(run.results),
+                usage=run.usage.to_dict(),
+            )
         )
 
-    @server.tool(
+    @register(
         description=(
-            "Return a recorded run (question, plans, step results, answer, usage) from the "
-            "run store by its id: a run this server made with execute_plan or ask (unless "
-            "it was started with --all-runs). Needs the server to have a run store."
+            "Return a recorded run (question, plans, answer, usage) and a page of its step "
+            "results from the run store by its id: a run this server made with execute_plan "
+            "or ask (unless it was started with --all-runs). Page with offset and limit: "
+            "next_offset is the offset of the next page (null after the last). Needs the "
+            "server to have a run store."
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
     async def get_run(
-        run_id: RunId,
-    ) -> GetRunResult:
+        run_id: RunId, offset: Offset = 0, limit: Limit = DEFAULT_PAGE
+    ) -> Annotated[mcp_types.CallToolResult, GetRunResult]:
         if store is None:
             raise ToolError("no run store: start the server with --store PATH")
         if not all_runs and run_id not in own_runs:
@@ -675,9 +967,15 @@ def build_server(
                 "runs of this server's execute_plan and ask, unless it is started with "
                 "--all-runs)"
             )
-        return GetRunResult(run=await _load_run(store, run_id))
+        return _model_result(await _load_run(store, run_id, offset, limit))
 
-    return server
+    return MCPServer(
+        name,
+        instructions=SERVER_INSTRUCTIONS,
+        version=_version(),
+        log_level="WARNING",
+        tools=(_exposed_tools(catalog) if expose_tools else []) + own_tools,
+    )
 
 
 def _version() -> str:
@@ -696,25 +994,69 @@ def _attach_store(store: Any, bus: Any) -> None:
         bus.subscribe(store)
 
 
-async def _load_run(store: Any, run_id: str) -> dict[str, Any]:
+async def _load_run(store: Any, run_id: str, offset: int, limit: int) -> GetRunResult:
+    """One page of a recorded run, read on a worker thread (the store may be SQLite).
+
+    The run record and its plans come first; plans too large for half the result budget
+    are summarized (their step count and the start of their text). The steps are sorted
+    by plan version, then plan order, and paged within what is left of the budget.
+    """
     from planexec.errors import RunNotFoundError
 
-    getter = getattr(store, "export", None) or getattr(store, "get_run", None)
-    if getter is None:
+    required = ("get_run", "plans", "step_results")
+    if not all(callable(getattr(store, m, None)) for m in required):
         raise ToolError("the run store cannot read runs")
-    try:
-        run = getter(run_id)
-        if asyncio.iscoroutine(run):
-            run = await run
-    except (RunNotFoundError, KeyError) as exc:
-        raise ToolError(f"no run with id {run_id!r} in the store") from exc
-    if run is None:
-        raise ToolError(f"no run with id {run_id!r} in the store")
-    data = run.to_dict() if hasattr(run, "to_dict") else run
-    out = jsonable(data)
-    if not isinstance(out, dict):
-        raise ToolError(f"the store returned an unreadable run for {run_id!r}")
-    return out
+
+    def read() -> GetRunResult:
+        try:
+            record = store.get_run(run_id)
+            plans, steps = store.plans(run_id), store.step_results(run_id)
+        except (RunNotFoundError, KeyError) as exc:
+            raise ToolError(f"no run with id {run_id!r} in the store") from exc
+        if record is None:
+            raise ToolError(f"no run with id {run_id!r} in the store")
+        return _run_page(record, plans, steps, offset, limit)
+
+    return await anyio.to_thread.run_sync(read)
+
+
+def _run_page(
+    record: Any, plans: Sequence[Any], steps: Sequence[Any], offset: int, limit: int
+) -> GetRunResult:
+    run = jsonable(record.to_dict())
+    if _json_size(run) > RESULT_BUDGET_BYTES // 4:
+        run = _trimmed(run, RESULT_BUDGET_BYTES // 4)
+    half = RESULT_BUDGET_BYTES // 2
+    large = any(len(p.text) > half or (p.plan and len(p.plan.steps) > DEFAULT_PAGE) for p in plans)
+    plan_docs = [] if large else [jsonable(p.to_dict()) for p in plans]
+    if large or _json_size(plan_docs) > half:
+        plan_docs = [
+            {
+                "version": p.version,
+                "reason": p.reason,
+                "created_at": p.created_at,
+                "error": p.error,
+                "steps": len(p.plan.steps) if p.plan else 0,
+                "text": p.text[:2000],
+                "truncated": True,
+            }
+            for p in plans
+        ]
+    order = {p.version: {sid: i for i, sid in enumerate(p.plan.ids)} for p in plans if p.plan}
+    steps = sorted(
+        steps,
+        key=lambda s: (s.plan_version, order.get(s.plan_version, {}).get(s.result.step_id, 0)),
+    )
+    budget = max(RESULT_BUDGET_BYTES - _json_size([run, plan_docs]), RESULT_BUDGET_BYTES // 4)
+    window = (jsonable(s.to_dict()) for s in steps[offset : offset + limit])
+    page = _fit(window, limit, budget)
+    end = offset + len(page)
+    return GetRunResult(
+        run={"run": run, "plans": plan_docs, "steps": page},
+        offset=offset,
+        steps_total=len(steps),
+        next_offset=end if end < len(steps) else None,
+    )
 
 
 # --------------------------------------------------------------------------- transports
@@ -771,6 +1113,100 @@ def bearer_auth(app: ASGIApp, token: str) -> ASGIApp:
     return wrapped
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def _host_header(host: str) -> str:
+    """The bind address as it appears in a Host header (IPv6 in brackets)."""
+    bare = host.strip("[]")
+    try:
+        if ipaddress.ip_address(bare).version == 6:
+            return f"[{bare}]"
+    except ValueError:
+        pass
+    return host.lower()
+
+
+def allowed_hosts_for(
+    host: str,
+    port: int,
+    *,
+    extra_hosts: Sequence[str] = (),
+    extra_origins: Sequence[str] = (),
+) -> TransportSecuritySettings:
+    """The Host/Origin checks (DNS-rebinding protection) for a server bound to host:port.
+
+    The SDK turns them on by itself only when the bind address is exactly
+    ``127.0.0.1``, ``localhost`` or ``::1``; `serve` turns them on for every bind.
+
+    Allowed ``Host`` values: the bind address with the port (``127.0.0.2:8000``,
+    ``[::1]:8000``); for a loopback bind also ``localhost``, ``127.0.0.1`` and
+    ``[::1]``; for a wildcard bind (``0.0.0.0``, ``::``) the loopback names and this
+    machine's host name; each without the port too when the port is 80; then
+    ``extra_hosts`` verbatim (``name:port``, or ``name:*`` for any port). Allowed
+    ``Origin`` values: ``http://`` + each derived host, then ``extra_origins`` verbatim.
+    A request without an ``Origin`` (not from a browser) passes the Origin check.
+
+    Args:
+        host: The bind address.
+        port: The port actually bound.
+        extra_hosts: More ``Host`` values to accept (a reverse proxy's name ...).
+        extra_origins: More ``Origin`` values to accept (``https://app.example``).
+    """
+    names = [_host_header(host)]
+    if is_loopback(host) or _is_wildcard(host):
+        names += ["localhost", "127.0.0.1", "[::1]"]
+    if _is_wildcard(host):
+        names.append(socket.gethostname().lower())
+    derived: list[str] = []
+    for name in dict.fromkeys(names):
+        derived.append(f"{name}:{port}")
+        if port == 80:
+            derived.append(name)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*derived, *extra_hosts],
+        allowed_origins=[*(f"http://{h}" for h in derived), *extra_origins],
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket bound to host:port (port 0: any free port).
+
+    Raises:
+        ConfigError: the address cannot be bound.
+    """
+    try:
+        info = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
 async def serve(
     server_factory: Callable[[list[BaseTool]], MCPServer[Any]],
     *,
@@ -780,9 +1216,15 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     token: str | None = None,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run a planexec MCP server until it is stopped.
+
+    Over stdio, `planexec.mcp.stdio_guard` stands in front of the SDK's transport and
+    answers every malformed request with a JSON-RPC error. Over HTTP, the Host/Origin
+    checks of `allowed_hosts_for` apply to every bind.
 
     Args:
         server_factory: Builds the server from the tools (see `build_server`).
@@ -791,38 +1233,50 @@ async def serve(
             open while the server runs; its tools are added to ``tools``.
         http: Serve streamable HTTP at ``http://host:port/mcp`` instead of stdio.
         host: The address to bind (loopback by default).
-        port: The port to bind.
+        port: The port to bind (0: any free port; ``on_ready`` gets the one bound).
         token: Require this bearer token on every HTTP request.
+        allowed_hosts: More ``Host`` header values to accept (see `allowed_hosts_for`).
+        allowed_origins: More ``Origin`` header values to accept.
         on_ready: Called with the endpoint once the server listens.
+
+    Raises:
+        ConfigError: the address cannot be bound.
     """
     async with toolset if toolset is not None else nullcontext() as opened:
         all_tools = list(tools) + (list(opened.tools) if opened is not None else [])
         server = server_factory(all_tools)
         if not http:
+            from planexec.mcp.stdio_guard import run_guarded_stdio
+
             if on_ready:
                 on_ready("stdio")
-            await server.run_stdio_async()
+            await run_guarded_stdio(server)
             return
         import uvicorn
 
-        app: Any = server.streamable_http_app(host=host)
+        sock = _bind(host, port)
+        bound = int(sock.getsockname()[1])
+        security = allowed_hosts_for(
+            host, bound, extra_hosts=allowed_hosts, extra_origins=allowed_origins
+        )
+        app: Any = server.streamable_http_app(host=host, transport_security=security)
         if token:
             app = bearer_auth(app, token)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
         userver = uvicorn.Server(config)
-        if on_ready:
+        endpoint = f"http://{_host_header(host)}:{bound}/mcp"
 
-            async def announce() -> None:
-                for _ in range(600):
-                    if userver.started:
-                        on_ready(f"http://{host}:{port}/mcp")
-                        return
-                    await asyncio.sleep(0.05)
+        async def announce() -> None:
+            for _ in range(600):  # bounded: 30 s
+                if userver.started:
+                    if on_ready:
+                        on_ready(endpoint)
+                    return
+                await asyncio.sleep(0.05)
 
-            task = asyncio.create_task(announce())
-            try:
-                await userver.serve()
-            finally:
-                task.cancel()
-        else:
-            await userver.serve()
+        task = asyncio.create_task(announce())
+        try:
+            await userver.serve(sockets=[sock])
+        finally:
+            task.cancel()
+            sock.close()

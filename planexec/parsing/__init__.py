@@ -40,15 +40,23 @@ __all__ = [
 DIALECTS = ("hashstep", "rewoo", "llmcompiler")
 """The plan dialects `parse_plan` reads."""
 
+# The line-anchored patterns below never let a repetition run past the end of a line
+# before their first fixed text ([^\S\n] is whitespace but a newline): from every line
+# start such a repetition would otherwise scan the rest of the reply ("```\n" * 8000),
+# which is quadratic.
 _HASHSTEP_RE = re.compile(
-    r"^[\s>*+\-\u2022#]*(?:\*\*|__)?\s*#\s?(?:task|step|tool|args|agent|dependency)"
+    r"^(?:[^\S\n]|[>*+\-\u2022#])*(?:\*\*|__)?[^\S\n]*#[^\S\n]?"
+    r"(?:task|step|tool|args|agent|dependency)"
     r"\s*(?:<[^<>:\n]{0,8}>|\d{1,9})?\s*(?:\*\*|__)?\s*:",
     re.IGNORECASE | re.MULTILINE,
 )
 _REWOO_RE = re.compile(r"#E\d+\s*=\s*[A-Za-z_][\w.\-]*\s*\[", re.MULTILINE)
-_REWOO_LOOSE_RE = re.compile(r"^\W*Plan\s*\d*\s*:.*$|#E\d+", re.IGNORECASE | re.MULTILINE)
+_REWOO_LOOSE_RE = re.compile(
+    r"^[^\w\n]*Plan[^\S\n]*\d*[^\S\n]*:.*$|#E\d+", re.IGNORECASE | re.MULTILINE
+)
 _LLMC_RE = re.compile(
-    r"^\s*\d{1,6}\s*\.\s*[A-Za-z_][\w.]*\s*\(.*\)\s*(?:<END_OF_PLAN>)?\s*$", re.MULTILINE
+    r"^[^\S\n]*\d{1,6}\s*\.\s*[A-Za-z_][\w.]*\s*\(.*\)\s*(?:<END_OF_PLAN>)?\s*$",
+    re.MULTILINE,
 )
 
 

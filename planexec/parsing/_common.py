@@ -7,10 +7,23 @@ from typing import Any
 
 from planexec._log import step_log
 from planexec._text import snippet
-from planexec.parsing.refs import parse_path, path_like_suffixes
+from planexec.parsing.refs import (
+    MAX_STEP_DIGITS,
+    find_malformed,
+    parse_path,
+    path_like_suffixes,
+)
 from planexec.plan import Diagnostic, Ref, Severity, format_path, iter_refs
 
-__all__ = ["Diagnostics", "describe_text", "normalize_tool", "ref_suffix_message", "snippet"]
+__all__ = [
+    "Diagnostics",
+    "describe_text",
+    "normalize_tool",
+    "ref_malformed_message",
+    "step_number_message",
+    "ref_suffix_message",
+    "snippet",
+]
 
 _TOOL_CALL_RE = re.compile(r"^([^()\s]+)\s*\((.*)\)$", re.S)
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
@@ -36,6 +49,44 @@ def ref_suffix_message(ref: Ref, suffix: str, step: int) -> str:
         f"{ref.location or 'the input'} of step {step}: {suffix!r} right after the "
         f"reference {ref.raw!r} looks like a path but is outside it, so it is kept as "
         f"literal text after the value of step {ref.step}{fix}"
+    )
+
+
+def step_number_message(label: str, digits: str, what: str) -> str:
+    """The ``STEP_NUMBER_INVALID`` message for a step number too long to be one.
+
+    Args:
+        label: how the step is written before its number, e.g. ``"#E"`` or ``"#Task"``.
+        digits: the number as written.
+        what: what the parser did instead, e.g. ``"the step was ignored"``.
+
+    Returns:
+        A message quoting the start of the number and saying how long it is.
+    """
+    shown = digits if len(digits) <= 12 else digits[:12] + "…"
+    return (
+        f"{label}{shown} has a step number of {len(digits)} digits; a step number has at "
+        f"most {MAX_STEP_DIGITS}, so this is none: {what}"
+    )
+
+
+def ref_malformed_message(location: str, excerpt: str, step: int) -> str:
+    """The ``REF_MALFORMED`` message for text that begins like a reference but is not one.
+
+    Args:
+        location: where the text is, e.g. ``"args.asset_id"``.
+        excerpt: the text from its opening bracket (see `refs.malformed_refs`).
+        step: the step whose arguments hold it.
+
+    Returns:
+        A message naming where it is, what was written and what the executor will do.
+    """
+    return (
+        f"{location} of step {step} holds {excerpt!r}, which begins like a reference but "
+        "is not one (a missing or stray bracket, a step number of more than 9 digits, or "
+        "text the grammar cannot read); write "
+        "<step_N.path>. The executor refuses to pass it to a tool unless the tool's schema "
+        "marks the argument as free text (x-planexec-free-text)"
     )
 
 
@@ -80,6 +131,14 @@ class Diagnostics:
         for ref, suffix in path_like_suffixes(value):
             self.add(line, Severity.WARNING, "REF_SUFFIX_TEXT",
                      ref_suffix_message(ref, suffix, step), step)
+
+    def malformed_refs(
+        self, value: Any, *, dialect: str, location: str, line: int | None, step: int
+    ) -> None:
+        """Add a ``REF_MALFORMED`` warning for text that begins like a reference but is not one."""
+        for where, excerpt in find_malformed(value, dialect=dialect, location=location):
+            self.add(line, Severity.WARNING, "REF_MALFORMED",
+                     ref_malformed_message(where, excerpt, step), step)
 
     def sorted(self) -> tuple[Diagnostic, ...]:
         """The diagnostics in line order (stable)."""

@@ -70,18 +70,23 @@ def find_cycles(edges: dict[int, tuple[int, ...]]) -> list[list[int]]:
     white, grey, black = 0, 1, 2
     color = dict.fromkeys(edges, white)
     found: dict[tuple[int, ...], list[int]] = {}
+
+    def successors(node: int) -> list[int]:
+        return [d for d in edges.get(node, ()) if d in edges and d != node]
+
     for root in edges:
         if color[root] != white:
             continue
-        stack: list[tuple[int, int]] = [(root, 0)]
+        # Each frame keeps its node's successors and how many were visited: computing
+        # them again at every visit of the frame would be quadratic in a node's degree.
+        stack: list[tuple[int, list[int], int]] = [(root, successors(root), 0)]
         path: list[int] = [root]
         on_path = {root: 0}
         color[root] = grey
         while stack:
-            node, i = stack[-1]
-            succ = [d for d in edges.get(node, ()) if d in edges and d != node]
+            node, succ, i = stack[-1]
             if i < len(succ):
-                stack[-1] = (node, i + 1)
+                stack[-1] = (node, succ, i + 1)
                 nxt = succ[i]
                 if color[nxt] == grey and nxt in on_path:
                     cyc = path[on_path[nxt] :]
@@ -92,7 +97,7 @@ def find_cycles(edges: dict[int, tuple[int, ...]]) -> list[list[int]]:
                     color[nxt] = grey
                     on_path[nxt] = len(path)
                     path.append(nxt)
-                    stack.append((nxt, 0))
+                    stack.append((nxt, successors(nxt), 0))
             else:
                 stack.pop()
                 color[node] = black

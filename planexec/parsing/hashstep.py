@@ -39,13 +39,19 @@ from typing import Any
 from planexec._log import step_log
 from planexec._text import snippet
 from planexec.errors import PlanParseError
-from planexec.parsing._common import ref_suffix_message
+from planexec.parsing._common import (
+    ref_malformed_message,
+    ref_suffix_message,
+    step_number_message,
+)
 from planexec.parsing.jsonrepair import repair_json
 from planexec.parsing.refs import (
     contains_placeholder,
+    find_malformed,
     find_refs,
     iter_ref_spans,
     path_like_suffixes,
+    step_number,
 )
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
 
@@ -88,7 +94,7 @@ _FIELD_RE = re.compile(
         (?:\*\*|__|`)?\s*                    # bold / code opening
         \#\s?(?P<key>task|step|agent|server|tool|arguments|args|parameters|params
               |dependency|dependencies|deps|expected[ _]?output)
-        \s*(?:<\s*(?P<anum>[^<>:\n]{0,8}?)\s*>|(?P<num>\d{1,9}))?
+        \s*(?:<\s*(?P<anum>[^<>:\n]{0,8}?)\s*>|(?P<num>\d+))?
         (?P<junk>(?<=[\d>])[^:\n]{0,40}?)?
         \s*(?:\*\*|__|`)?\s*:
         (?:\s*(?:\*\*|__)(?!\S*\*\*))?      # bold closing after the colon
@@ -126,6 +132,37 @@ class _Field:
     line: int
     end_line: int
     values: list[str]
+    bad_num: str | None = None
+    """A number written after the key that is too long to be a step number."""
+    _read: tuple[list[str], int, _Brackets, bool] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def _catch_up(self) -> tuple[_Brackets, bool]:
+        """Read the lines added since the last call: the state of the joined lines.
+
+        A field growing line by line is then checked in linear time overall.
+        """
+        if self._read is None or self._read[0] is not self.values:
+            self._read = (self.values, 0, _Brackets(), False)
+        values, done, state, filled = self._read
+        for i in range(done, len(values)):
+            if i:
+                state.feed("\n")
+            state.feed(values[i])
+            filled = filled or bool(values[i].strip())
+        self._read = (values, len(values), state, filled)
+        return state, filled
+
+    @property
+    def filled(self) -> bool:
+        """Whether the value is not blank (``bool(self.value)``), reading only new lines."""
+        return self._catch_up()[1]
+
+    @property
+    def brackets_open(self) -> bool:
+        """``_open_brackets(self.value)``, reading only the lines added since last asked."""
+        return self._catch_up()[0].open
 
     @property
     def label(self) -> str:
@@ -176,26 +213,54 @@ class _State:
         self.diags.append(Diagnostic(line, severity, code, message, step))
 
 
+_BRACKET_CHARS_RE = re.compile(r'["\\{}\[\]()]')
+
+
+class _Brackets:
+    """The bracket and string state of a text read in pieces.
+
+    Asking whether a growing text has brackets open then costs only the new piece
+    (`feed`), not the whole text again.
+    """
+
+    __slots__ = ("depth", "escaped", "in_str")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_str = False
+        self.escaped = False
+
+    def feed(self, text: str) -> _Brackets:
+        """Read more text (only quotes, backslashes and brackets are looked at)."""
+        skip = 0 if self.escaped else -1  # the position of an escaped character
+        for m in _BRACKET_CHARS_RE.finditer(text):
+            pos = m.start()
+            if pos == skip:
+                continue
+            ch = m.group()
+            if self.in_str:
+                if ch == "\\":
+                    skip = pos + 1
+                elif ch == '"':
+                    self.in_str = False
+            elif ch == '"':
+                self.in_str = True
+            elif ch in "{[(":
+                self.depth += 1
+            elif ch in "}])":
+                self.depth -= 1
+        self.escaped = skip == len(text)  # a backslash at the end escapes what follows
+        return self
+
+    @property
+    def open(self) -> bool:
+        """Whether the text read so far ends inside a string or with brackets open."""
+        return self.in_str or self.depth > 0
+
+
 def _open_brackets(text: str) -> bool:
     """Whether ``text`` ends inside a double-quoted string or with brackets open."""
-    depth = 0
-    in_str = False
-    escaped = False
-    for ch in text:
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-    return in_str or depth > 0
+    return _Brackets().feed(text).open
 
 
 # ---------------------------------------------------------------------------
@@ -267,9 +332,13 @@ def _match_field(text: str) -> _Field | None:
     kind = _KEYS[key.lower().replace("  ", " ")]
     raw_num: str | None = None
     num: int | None = None
+    bad_num: str | None = None
     if m.group("num") is not None:
-        raw_num = m.group("num")
-        num = int(raw_num)
+        num = step_number(m.group("num"))
+        if num is None:  # thousands of digits: int() would even raise ValueError
+            bad_num = m.group("num")
+        else:
+            raw_num = m.group("num")
     elif m.group("anum") is not None:
         raw_num = f"<{m.group('anum')}>"
         anum = m.group("anum").strip()
@@ -277,7 +346,8 @@ def _match_field(text: str) -> _Field | None:
     value = m.group("value").rstrip()
     if value.endswith("**") and text.lstrip().startswith(("**", "* **", "- **")):
         value = value[:-2].rstrip()
-    return _Field(kind, key, num, raw_num, (m.group("junk") or "").strip(), 0, 0, [value])
+    junk = (m.group("junk") or "").strip()
+    return _Field(kind, key, num, raw_num, junk, 0, 0, [value], bad_num)
 
 
 def _starts_args_value(text: str) -> bool:
@@ -287,7 +357,8 @@ def _starts_args_value(text: str) -> bool:
 
 
 def _next_content(lines: list[tuple[int, str]], start: int) -> str | None:
-    for _, text in lines[start:]:
+    for i in range(start, len(lines)):  # no slice: a copy per fence would be quadratic
+        text = lines[i][1]
         if text.strip():
             return text
     return None
@@ -297,8 +368,12 @@ def _split_inline(fld: _Field) -> list[_Field]:
     """Split ``#Task1: a #Tool1: sites #Args1: {}`` (several fields on one line)."""
     value = fld.values[0]
     cuts: list[int] = []
+    state = _Brackets()
+    read = 0
     for m in _INLINE_FIELD_RE.finditer(value):
-        if _open_brackets(value[: m.start()]):
+        state.feed(value[read : m.start()])
+        read = m.start()
+        if state.open:
             continue  # inside quotes or brackets (e.g. JSON text): not a field
         cuts.append(m.start())
     if not cuts:
@@ -347,11 +422,20 @@ def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
         fld.end_line = lineno
 
     def empty_args(fld: _Field | None) -> bool:
-        return fld is not None and fld.kind == "args" and not fld.value
+        return fld is not None and fld.kind == "args" and not fld.filled
 
     def add_field(fld: _Field, lineno: int, text: str) -> _Field | None:
         nonlocal current
         fld.line = fld.end_line = lineno
+        if fld.bad_num is not None:
+            st.add(
+                lineno,
+                Severity.WARNING,
+                "STEP_NUMBER_INVALID",
+                step_number_message(
+                    f"#{fld.key}", fld.bad_num, f"read as {_FIELD_LABEL[fld.kind]} without a number"
+                ),
+            )
         if fld.junk:
             st.add(
                 lineno,
@@ -437,8 +521,8 @@ def _scan(lines: list[tuple[int, str]], st: _State) -> tuple[list[_Block], int]:
         if open_field is not None and (
             (
                 _starts_args_value(text)
-                if not open_field.value
-                else _open_brackets(open_field.value)
+                if not open_field.filled
+                else open_field.brackets_open
             )
             if open_field.kind == "args"
             else not _HEADING_RE.match(text)
@@ -799,6 +883,13 @@ def _parse_args(
                 "refuse to pass it to a tool",
                 sid,
             )
+    for where, excerpt in find_malformed(
+        args if not positional else positional[0],
+        dialect="hashstep",
+        location="args" if not positional else "positional[0]",
+    ):
+        st.add(line, Severity.WARNING, "REF_MALFORMED", ref_malformed_message(where, excerpt, sid),
+               sid)
     for ref, suffix in path_like_suffixes(args if not positional else positional[0]):
         st.add(line, Severity.WARNING, "REF_SUFFIX_TEXT", ref_suffix_message(ref, suffix, sid),
                sid)
@@ -964,6 +1055,8 @@ def _build_step(block: _Block, st: _State) -> Step | None:
         args_valid=valid,
         args_text=args_text,
         server=server,
+        no_tool=tool_f is not None and tool is None,  # "#Tool: none": reasoning, not selection
+        cut_off=block.truncated,  # the reply ends inside this step
         explicit_deps=explicit,
         expected_output=expected,
         lines=(block.first_line, block.last_line),

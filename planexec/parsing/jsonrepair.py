@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +232,13 @@ class JSONReader:
         self.pos = m.end()
         clean = raw.replace("_", "")
         if re.fullmatch(r"[-+]?\d+", clean):
+            limit = sys.get_int_max_str_digits()
+            digits = len(clean.lstrip("+-"))
+            if limit and digits > limit:  # int() would raise ValueError
+                raise RepairFailure(
+                    f"the number {raw[:20]!r}… has {digits} digits, more than an integer "
+                    f"may have ({limit}) {self.where()}"
+                )
             return int(clean)
         try:
             return float(clean)

@@ -35,9 +35,15 @@ import re
 from typing import Any
 
 from planexec.errors import PlanParseError
-from planexec.parsing._common import Diagnostics, describe_text, normalize_tool, snippet
+from planexec.parsing._common import (
+    Diagnostics,
+    describe_text,
+    normalize_tool,
+    snippet,
+    step_number_message,
+)
 from planexec.parsing.jsonrepair import JSONReader, RepairFailure, closing_bracket
-from planexec.parsing.refs import find_refs, ref_at
+from planexec.parsing.refs import find_refs, ref_at, step_number
 from planexec.plan import Plan, Severity, Step, iter_refs
 
 __all__ = ["parse_llmcompiler"]
@@ -173,7 +179,12 @@ class _Parser:
             self.diags.add(lineno, Severity.INFO, "PROSE_IGNORED",
                            f"ignored text outside the plan: {snippet(line, 50)!r}")
             return 1
-        sid = int(n.group(1))
+        number = step_number(n.group(1))
+        if number is None:
+            self.diags.add(lineno, Severity.ERROR, "STEP_NUMBER_INVALID",
+                           step_number_message("", n.group(1), "the line was ignored"))
+            return 1
+        sid = number
         body = n.group(2)
         c = _CALL_RE.match(body)
         if c is None:
@@ -274,6 +285,10 @@ class _Parser:
         self.diags.hinted_refs(args, line=first, step=sid)
         self.diags.ref_suffixes(list(pos_values), line=first, step=sid)
         self.diags.ref_suffixes(args, line=first, step=sid)
+        self.diags.malformed_refs(list(pos_values), dialect="llmcompiler",
+                                  location="positional", line=first, step=sid)
+        self.diags.malformed_refs(args, dialect="llmcompiler", location="args",
+                                  line=first, step=sid)
         deps = {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
         self.steps.append(
             Step(

@@ -32,6 +32,11 @@ optional ``_``/space and a number (not preceded by a letter), or ``#EN`` in rewo
 hint. ``{current_date_time()}`` mentions no step, so it is not a reference, but
 `contains_placeholder` flags it.
 
+Text that *begins* like a reference but is not one (``"<step_1.id"``, ``"{{step_1.id}"``,
+``"{step_1!r:>{10**10}}"``, ``"{step_1.id}}"``) is *malformed*: `malformed_refs` finds it,
+the parsers report it with ``REF_MALFORMED`` and the executor refuses to pass it to a tool
+unless the argument's schema marks it as free text (`is_free_text`).
+
 A string that is exactly one reference (surrounding whitespace ignored) becomes a
 whole-value `Ref`; a string with references inside longer text becomes a `Template`.
 Nothing in a reference is ever evaluated.
@@ -48,18 +53,42 @@ from planexec.plan import PathElem, Ref, Template, format_path
 
 __all__ = [
     "DIALECTS",
+    "FREE_TEXT_KEY",
     "contains_placeholder",
+    "find_malformed",
     "find_refs",
     "ident_ref",
+    "is_free_text",
     "iter_ref_spans",
+    "malformed_refs",
     "parse_path",
     "parse_ref",
     "path_like_suffixes",
     "ref_at",
+    "step_number",
 ]
 
 DIALECTS = ("hashstep", "rewoo", "llmcompiler")
 """The dialects whose reference forms this module knows."""
+
+MAX_STEP_DIGITS = 9
+"""The most digits a step number may have (longer ones are no step numbers)."""
+MAX_INDEX_DIGITS = 18
+"""The most digits a path index may have (``[123]``; longer ones make no path)."""
+
+
+def step_number(digits: str) -> int | None:
+    """Read a step number written in decimal digits.
+
+    Args:
+        digits: the digits as written (``"12"``).
+
+    Returns:
+        The number, or None when it has more than `MAX_STEP_DIGITS` digits: such a
+        number names no step (and Python would refuse to read one of thousands of
+        digits, so it is never converted).
+    """
+    return int(digits) if len(digits) <= MAX_STEP_DIGITS else None
 
 _PATH = (
     r"(?:\s*\.\s*[^\W\d]\w*"
@@ -104,6 +133,7 @@ _MENTION_STEP_RE = re.compile(r"(?<![A-Za-z])[Ss][Tt][Ee][Pp][_ ]?(\d+)(?!\d)")
 _MENTION_REWOO_RE = re.compile(r"#E(\d+)(?!\w)")
 _MENTION_LLMC_RE = re.compile(r"\$\{?(\d+)\}?(?!\d)")
 
+_BLANK_TO_END_RE = re.compile(r"\s*\Z")
 _PATH_ELEM_RE = re.compile(
     r"\s*\.\s*(?P<name>[^\W\d]\w*)"
     r"|\s*\[\s*(?P<index>-?\d+)\s*\]"
@@ -115,6 +145,18 @@ _LOOSE_DOUBLE_RE = re.compile(r"\{\{\s*[^\W\d][^{}\n]{0,200}\}\}")
 _LOOSE_SINGLE_RE = re.compile(
     r"\{\s*[^\W\d][\w.]*(?:\([^{}\n]{0,200}\)[\w.]*)?(?:\[[^{}\n\]]{0,100}\][\w.]*)*\s*\}"
 )
+# Text that begins like a reference: an opening ``<``, ``{`` or ``{{`` and a step number
+# (``<step_1``, ``{ step_2``, ``{{step3``); in rewoo also ``#E`` with a number too long
+# to be a step number; in llmcompiler ``${1`` and ``$`` with such a number.
+_MALFORMED_START = r"\{\{?\s*step[_ ]?\d|<step[_ ]?\d"
+_TOO_LONG = r"\d{" + str(MAX_STEP_DIGITS + 1) + "}"
+_MALFORMED_STARTS = {
+    "hashstep": re.compile(_MALFORMED_START, re.IGNORECASE),
+    "rewoo": re.compile(_MALFORMED_START + r"|#E" + _TOO_LONG, re.IGNORECASE),
+    "llmcompiler": re.compile(
+        _MALFORMED_START + r"|\$\{\s*\d|\$" + _TOO_LONG, re.IGNORECASE
+    ),
+}
 _STARTS = {"hashstep": "<{[", "rewoo": "<{[#", "llmcompiler": "<{[$"}
 _START_RES = {k: re.compile("[" + re.escape(v) + "]") for k, v in _STARTS.items()}
 
@@ -135,7 +177,7 @@ def parse_path(text: str) -> tuple[PathElem, ...] | None:
     out: list[PathElem] = []
     pos = 0
     while pos < len(text):
-        if text[pos:].strip() == "":
+        if _BLANK_TO_END_RE.match(text, pos):  # not text[pos:]: no copy per element
             break
         m = _PATH_ELEM_RE.match(text, pos)
         if m is None:
@@ -143,6 +185,8 @@ def parse_path(text: str) -> tuple[PathElem, ...] | None:
         if m.group("name") is not None:
             out.append(m.group("name"))
         elif m.group("index") is not None:
+            if len(m.group("index").lstrip("-")) > MAX_INDEX_DIGITS:
+                return None
             out.append(int(m.group("index")))
         elif m.group("dq") is not None:
             try:
@@ -165,7 +209,9 @@ def _mention(inner: str, dialect: str) -> int | None:
     for rx in regexes:
         m = rx.search(inner)
         if m is not None:
-            found.append((m.start(), int(m.group(1))))
+            step = step_number(m.group(1))
+            if step is not None:
+                found.append((m.start(), step))
     if not found:
         return None
     return min(found)[1]
@@ -176,8 +222,9 @@ def _match_at(text: str, pos: int, dialect: str) -> tuple[Ref, int] | None:
     c = text[pos]
     if c == "<":
         m = _CANON_RE.match(text, pos)
-        if m is not None:
-            return _plain(m, text), m.end()
+        plain = _plain(m, text) if m is not None else None
+        if plain is not None:
+            return plain
         h = _HINT_ANGLE_RE.match(text, pos)
         if h is not None and not _JSONISH_RE.search(h.group(1)):
             step = _mention(h.group(1), dialect)
@@ -187,8 +234,9 @@ def _match_at(text: str, pos: int, dialect: str) -> tuple[Ref, int] | None:
     if c == "{":
         for rx in (_DOUBLE_RE, _SINGLE_RE):
             m = rx.match(text, pos)
-            if m is not None:
-                return _plain(m, text), m.end()
+            plain = _plain(m, text) if m is not None else None
+            if plain is not None:
+                return plain
         for hrx in (_HINT_DOUBLE_RE, _HINT_SINGLE_RE):
             h = hrx.match(text, pos)
             if h is not None and not _JSONISH_RE.search(h.group(1)):
@@ -206,12 +254,12 @@ def _match_at(text: str, pos: int, dialect: str) -> tuple[Ref, int] | None:
     if c == "#" and dialect == "rewoo":
         m = _REWOO_RE.match(text, pos)
         if m is not None:
-            return _plain(m, text), m.end()
+            return _plain(m, text)
         return None
     if c == "$" and dialect == "llmcompiler":
         m = _LLMC_BRACE_RE.match(text, pos) or _LLMC_RE.match(text, pos)
         if m is not None:
-            return _plain(m, text), m.end()
+            return _plain(m, text)
     return None
 
 
@@ -231,9 +279,17 @@ def ref_at(text: str, pos: int, dialect: str = "hashstep") -> tuple[Ref, int] | 
     return _match_at(text, pos, _check_dialect(dialect))
 
 
-def _plain(m: re.Match[str], text: str) -> Ref:
+def _plain(m: re.Match[str], text: str) -> tuple[Ref, int] | None:
+    """The plain reference matched by ``m`` and its end.
+
+    None when its step number or a path index is too long to be one
+    (`MAX_STEP_DIGITS`, `MAX_INDEX_DIGITS`).
+    """
+    step = step_number(m.group(1))
     path = parse_path(m.group(2))
-    return Ref(step=int(m.group(1)), path=path or (), raw=m.group(0))
+    if step is None or path is None:
+        return None
+    return Ref(step=step, path=path, raw=m.group(0)), m.end()
 
 
 def iter_ref_spans(text: str, dialect: str = "hashstep") -> list[tuple[int, int, Ref]]:
@@ -314,7 +370,9 @@ def ident_ref(text: str) -> Ref | None:
     m = _IDENT_STEP_RE.match(stripped)
     if m is None:
         return None
-    step = int(m.group(1) or m.group(2))
+    step = step_number(m.group(1) or m.group(2))
+    if step is None:
+        return None
     return Ref(step=step, hint=stripped, raw=stripped)
 
 
@@ -415,6 +473,134 @@ def path_like_suffixes(value: Any) -> list[tuple[Ref, str]]:
         for v in value:
             out.extend(path_like_suffixes(v))
     return out
+
+
+FREE_TEXT_KEY = "x-planexec-free-text"
+"""The JSON-schema keyword that marks a tool argument as free text (see `is_free_text`)."""
+
+
+def _excerpt(text: str, start: int, end: int | None = None) -> str:
+    """The text from ``start`` (to ``end``, else to the end of its line), cut at 40."""
+    stop = text.find("\n", start)
+    stop = len(text) if stop < 0 else stop
+    if end is not None:
+        stop = min(stop, end) if end > start else stop
+    piece = text[start:stop]
+    return piece if len(piece) <= 40 else piece[:39] + "…"
+
+
+def malformed_refs(text: str, dialect: str = "hashstep") -> list[tuple[int, str]]:
+    r"""Find text that begins like a reference but is not one.
+
+    Two shapes are malformed:
+
+    - an opening ``<``, ``{`` or ``{{`` directly followed by a step (``step_1``,
+      ``step 1``, ``step1``; inside braces spaces may come first; in llmcompiler also
+      ``${1``) where no reference starts: ``"<step_1.id"`` (no ``>``), ``"{step_1.id"``,
+      ``"{{step_1.id}"`` (one closing brace: the inner ``{step_1.id}`` would resolve and
+      the stray ``{`` be kept), ``"{step_1!r:>{10**10}}"`` (a format spec, braces inside),
+      ``"<step_99999999999>"`` (a step number has at most `MAX_STEP_DIGITS` digits); in
+      rewoo also ``#E`` and in llmcompiler ``$`` followed by such a long number;
+    - a ``}`` right after a brace reference that closes no ``{`` of the surrounding text:
+      ``"{step_1.id}}"``. In JSON text the brace may close an object
+      (``"[{\"n\": {step_4}}]"``): that is not malformed.
+
+    Text that does not name a step right after the bracket (``{name}``, ``a < step 2``,
+    ``[step 1``) is not reported here (`contains_placeholder` covers brace
+    placeholders). The scan is linear in the length of the text.
+
+    Args:
+        text: any string.
+        dialect: ``hashstep``, ``rewoo`` or ``llmcompiler``.
+
+    Returns:
+        ``(position, excerpt)`` for each malformed spot, left to right; the excerpt is
+        the text from the opening bracket (at most 40 characters, one line).
+    """
+    dialect = _check_dialect(dialect)
+    if "<" not in text and "{" not in text and "#" not in text and "$" not in text:
+        return []
+    starts = _MALFORMED_STARTS[dialect]
+    spans = iter_ref_spans(text, dialect)
+    out: list[tuple[int, str]] = []
+    i = 0  # the first span that does not end before the candidate
+    for m in starts.finditer(text):
+        pos = m.start()
+        while i < len(spans) and spans[i][1] <= pos:
+            i += 1
+        if i < len(spans) and spans[i][0] <= pos:
+            continue  # inside (or at the start of) a reference
+        out.append((pos, _excerpt(text, pos)))
+    depth = 0  # unmatched "{" in the text outside references
+    prev = 0
+    for start, end, ref in spans:
+        for ch in text[prev:start]:
+            if ch == "{":
+                depth += 1
+            elif ch == "}" and depth:
+                depth -= 1
+        prev = end
+        if text.startswith("}", end) and (ref.raw or "").startswith("{") and depth == 0:
+            out.append((start, _excerpt(text, start, end + 1)))
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def _malformed_text(value: str | Template) -> str:
+    if isinstance(value, str):
+        return value
+    return "".join(p if isinstance(p, str) else (p.raw or p.canonical) for p in value.parts)
+
+
+def find_malformed(
+    value: Any, *, dialect: str = "hashstep", location: str = "args"
+) -> list[tuple[str, str]]:
+    """Find malformed references (`malformed_refs`) in a `find_refs` result.
+
+    Strings are searched as they are; a `Template` is searched as the text it was read
+    from (so ``"{{step_1.id}"``, read as ``"{"`` plus a reference, is found). A
+    whole-value `Ref` is a reference, never malformed. Dict keys are not searched.
+
+    Args:
+        value: a nested value, as returned by `find_refs` (plain data works too).
+        dialect: the plan's dialect.
+        location: where ``value`` sits, e.g. ``"args"``.
+
+    Returns:
+        ``(location, excerpt)`` for each malformed spot, e.g.
+        ``("args.asset_id", "{{step_1.id}")``.
+    """
+    out: list[tuple[str, str]] = []
+    if isinstance(value, str | Template):
+        out.extend((location, ex) for _, ex in malformed_refs(_malformed_text(value), dialect))
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            out.extend(find_malformed(v, dialect=dialect, location=_child(location, k)))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            out.extend(find_malformed(v, dialect=dialect, location=f"{location}[{i}]"))
+    return out
+
+
+def is_free_text(prop: Any) -> bool:
+    """Tell whether a tool argument's JSON schema marks it as free text.
+
+    A free-text argument (a message body, a note, code) may legitimately hold text that
+    begins like a reference (``"<step_1"``): the executor passes its malformed references
+    as written instead of refusing the call (the parser still warns ``REF_MALFORMED``).
+    Mark one with the keyword ``"x-planexec-free-text": true`` on the property; with
+    pydantic, ``Field(json_schema_extra={"x-planexec-free-text": True})``. Nothing else
+    marks free text (not ``format``, not the type): references that do resolve are still
+    resolved in a free-text argument, and unresolved ones are still refused.
+
+    Args:
+        prop: the argument's property in the tool's JSON schema
+            (``spec.json_schema["properties"][name]``), or None.
+
+    Returns:
+        True only when the property holds ``"x-planexec-free-text": true``.
+    """
+    return isinstance(prop, Mapping) and prop.get(FREE_TEXT_KEY) is True
 
 
 def _string_has_placeholder(text: str, dialect: str | None) -> bool:

@@ -27,8 +27,14 @@ import json
 import re
 
 from planexec.errors import PlanParseError
-from planexec.parsing._common import Diagnostics, describe_text, normalize_tool, snippet
-from planexec.parsing.refs import find_refs
+from planexec.parsing._common import (
+    Diagnostics,
+    describe_text,
+    normalize_tool,
+    snippet,
+    step_number_message,
+)
+from planexec.parsing.refs import find_refs, step_number
 from planexec.plan import Plan, Severity, Step, iter_refs
 
 __all__ = ["parse_rewoo"]
@@ -178,7 +184,8 @@ class _Parser:
         return Plan(tuple(self.steps), self.diags.sorted(), "rewoo", self.text)
 
     def _nothing_found(self) -> str:
-        mentions = sorted({int(x) for x in _MENTION_RE.findall(self.text)})
+        numbers = (step_number(x) for x in _MENTION_RE.findall(self.text))
+        mentions = sorted({n for n in numbers if n is not None})
         parts = [f"no rewoo step ('#E1 = Tool[input]') found in {describe_text(self.text)}"]
         if self.labels:
             parts.append(f"{self.labels} 'Plan' line(s) without a step")
@@ -223,10 +230,15 @@ class _Parser:
         self, m: re.Match[str], inner: str, first: int, last: int, *, closed: bool,
         at_end: bool,
     ) -> None:
-        sid = int(m.group(1))
+        number = step_number(m.group(1))
         task_line = self.pending_line if self.pending is not None else first
         task = " ".join(p for p in (self.pending or []) if p).strip()
         self.pending = None
+        if number is None:
+            self.diags.add(first, Severity.ERROR, "STEP_NUMBER_INVALID",
+                           step_number_message("#E", m.group(1), "the step was ignored"))
+            return
+        sid = number
         if sid in self.seen:
             self.diags.add(first, Severity.ERROR, "DUPLICATE_STEP",
                            f"#E{sid} is assigned again; kept the first and ignored "
@@ -260,6 +272,8 @@ class _Parser:
         value = find_refs(text_value, dialect="rewoo", location="positional[0]")
         self.diags.hinted_refs(value, line=first, step=sid)
         self.diags.ref_suffixes(value, line=first, step=sid)
+        self.diags.malformed_refs(value, dialect="rewoo", location="positional[0]",
+                                  line=first, step=sid)
         deps = tuple(sorted({r.step for r in iter_refs(value)}))
         self.steps.append(
             Step(

@@ -102,7 +102,7 @@ TYPE_NAMES: dict[str, tuple[type, ...]] = {
 }
 """Type names usable in fake tool ``args`` and in ``type`` matchers."""
 
-LLMPurpose = Literal["plan", "resolve", "reason", "evaluate", "answer", "total"]
+LLMPurpose = Literal["plan", "resolve", "reason", "select", "evaluate", "answer", "total"]
 """A model call purpose in ``expect.llm_calls`` (``total``: all purposes together)."""
 
 TypeName = Literal["str", "int", "float", "number", "bool", "list", "dict", "null", "any"]

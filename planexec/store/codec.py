@@ -14,6 +14,7 @@ from typing import Any
 
 from planexec.errors import ErrorKind
 from planexec.events import Event
+from planexec.grounding import Grounding
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 
@@ -102,6 +103,8 @@ def _step_to_json(step: Step) -> dict[str, Any]:
         "args_valid": step.args_valid,
         "args_text": step.args_text,
         "server": step.server,
+        "no_tool": step.no_tool,
+        "cut_off": step.cut_off,
         "depends_on": list(step.depends_on),
         "explicit_deps": list(step.explicit_deps),
         "expected_output": step.expected_output,
@@ -120,6 +123,8 @@ def _step_from_json(data: dict[str, Any]) -> Step:
         args_valid=bool(data.get("args_valid", True)),
         args_text=data.get("args_text"),
         server=data.get("server"),
+        no_tool=bool(data.get("no_tool", False)),
+        cut_off=bool(data.get("cut_off", False)),
         depends_on=tuple(int(i) for i in data.get("depends_on") or ()),
         explicit_deps=tuple(int(i) for i in data.get("explicit_deps") or ()),
         expected_output=data.get("expected_output"),
@@ -189,6 +194,7 @@ def result_from_json(data: dict[str, Any]) -> StepResult:
         server=data.get("server"),
         note=data.get("note"),
         failure=StepError.from_dict(failure) if failure else None,
+        grounding={k: Grounding.from_dict(v) for k, v in (data.get("grounding") or {}).items()},
     )
 
 

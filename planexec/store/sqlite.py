@@ -158,6 +158,70 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return False
+
+
+def _not_writable(directory: Path) -> str:
+    if _read_only_fs(directory):
+        return f"the directory {directory} is on a read-only file system"
+    return f"the directory {directory} is not writable (permission denied)"
+
+
+def open_problem(path: str | os.PathLike[str]) -> str | None:
+    """Say why a store file cannot be opened for writing, from what the file system shows.
+
+    SQLite only says ``unable to open database file``; this names the path and the
+    reason: a directory that does not exist (and cannot be created), a file where a
+    directory is expected, a directory where the file is expected, a file or directory
+    that is not writable, a read-only file system. (SQLite also writes ``-wal`` and
+    ``-shm`` files next to the store, so its directory must be writable too.)
+
+    Args:
+        path: the store file.
+
+    Returns:
+        The reason, or None when nothing visible prevents opening it.
+    """
+    target = Path(os.path.abspath(path))
+    parent = target.parent
+    probe = parent
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if probe != parent:  # the directory is missing
+        if not probe.is_dir():
+            return (
+                f"{probe} is a file, not a directory, so the directory {parent} cannot "
+                "be created"
+            )
+        if not os.access(probe, os.W_OK | os.X_OK) or _read_only_fs(probe):
+            return f"the directory {parent} does not exist and cannot be created: " + (
+                _not_writable(probe)
+            )
+        return f"the directory {parent} does not exist"
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if target.is_dir():
+        return f"{target} is a directory, not a file"
+    if not os.access(parent, os.W_OK | os.X_OK) or _read_only_fs(parent):
+        what = "" if target.exists() else f", so the file {target.name} cannot be created"
+        return _not_writable(parent) + (
+            what or f" (SQLite must create {target.name}-wal and -shm next to the file)"
+        )
+    if target.exists() and not os.access(target, os.R_OK | os.W_OK):
+        return f"the file {target} is not readable and writable (permission denied)"
+    return None
+
+
+def _open_error(path: Path, exc: BaseException) -> StoreError:
+    why = open_problem(path)
+    detail = f"{why} ({exc})" if why else str(exc)
+    return StoreError(f"cannot open the run store {path}: {detail}")
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
@@ -206,7 +270,10 @@ class SQLiteRunStore:
         self._fast: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
         self._sync: str | None = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _open_error(self.path, exc) from exc
         with self._lock:
             self._connection()
         self._restrict_permissions()
@@ -241,7 +308,7 @@ class SQLiteRunStore:
                     check_same_thread=False,
                 )
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+                raise _open_error(self.path, exc) from exc
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
                 mode = self._retry(
@@ -251,6 +318,11 @@ class SQLiteRunStore:
                     raise StoreError(f"the run store {self.path} cannot use WAL mode ({mode})")
                 self._sync = None
                 self._retry(lambda: self._migrate(conn))
+            except (sqlite3.Error, StoreError) as exc:
+                conn.close()
+                if open_problem(self.path) is None:
+                    raise  # e.g. a newer schema: not a question of access
+                raise _open_error(self.path, exc) from exc
             except BaseException:
                 conn.close()
                 raise

@@ -246,7 +246,8 @@ async def test_a_whole_output_reaches_the_next_task_as_an_object_reference(
     tools = h.big_tools(200_000)
     runner = RayToolRunner(RaySettings(default=RayOptions(num_cpus=0.5)))
     got, _ = await run_plan(
-        "ray", tools, mk(1, "produce"), mk(2, "consume", {"table": "<step_1>"}), runner=runner
+        "ray", tools, mk(1, "produce"), mk(2, "consume", {"table": "<step_1>"}), runner=runner,
+        max_output_chars=None,  # a big table is the point here: no output cap
     )
     assert got[2].ok and got[2].output["n"] == 200_000, got[2].error
     assert runner.refs_passed == 1
@@ -257,7 +258,7 @@ async def test_a_whole_output_reaches_the_next_task_as_an_object_reference(
     by_value = RayToolRunner(RaySettings(default=RayOptions(num_cpus=0.5), pass_refs=False))
     again, _ = await run_plan(
         "ray", tools, mk(1, "produce"), mk(2, "consume", {"table": "<step_1>"}),
-        runner=by_value,
+        runner=by_value, max_output_chars=None,
     )
     assert again[2].output["n"] == 200_000 and by_value.refs_passed == 0
 

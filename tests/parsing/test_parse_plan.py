@@ -126,7 +126,10 @@ _FIELDS = st.sampled_from(
      "#ExpectedOutput1: ", "#Agent<N>: ", "**#Task3:** ", "* #Tool3: ", "#Step: ", "```",
      "assistantfinal", "$\\boxed{", "}$", "<|eom_id|>", "{step_1}", "<step_2.a[0]>",
      "{\"x\": ", "'", "\"", "}", "[", "#S1, #S2", "None", "\n", "\n\n", "---", "sites()",
-     "iot.sites", "#E1 = Google[", "1. add($1, 2)", "join()", "Plan: ", "</think>"]
+     "iot.sites", "#E1 = Google[", "1. add($1, 2)", "join()", "Plan: ", "</think>",
+     # hostile input (issue 14): malformed references, numbers Python's int() refuses
+     "<step_1.id", "{{step_1.id}", "{step_1!r:>{10**10}}", "${1", "9" * 5000,
+     "<step_" + "9" * 5000 + ">", "#E" + "9" * 5000, "$" + "9" * 5000, "[" + "9" * 5000]
 )
 _TEXTS = st.lists(st.one_of(_FIELDS, st.text(max_size=12)), max_size=40).map("".join)
 
