@@ -65,6 +65,7 @@ from planexec.events import EventBus
 from planexec.executor import Executor
 from planexec.filters import Field, Pick, Select, parse_hint
 from planexec.parsing import contains_placeholder, parse_plan
+from planexec.parsing.refs import is_free_placeholder
 from planexec.plan import PathElem, Plan, Step, iter_refs, to_jsonable
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs, follow_path
 from planexec.results import ResolutionMethod, StepResult, Usage, jsonable
@@ -540,10 +541,15 @@ class PolicyRun:
     """Values by how they were filled and grounded: ``llm_grounded``, ``llm_free``,
     ``llm_ungrounded`` (kept under ``warn``), ``filtered``, and ``ungrounded_failures``
     (steps failed ``RESOLUTION_UNGROUNDED``)."""
+    free_text_calls: int = 0
+    """LLM calls of steps whose fallback filled a free-text placeholder
+    (``<chiller_asset_id>``), part of ``resolve_calls``."""
 
 
 def _why_llm(value: Any, results: Mapping[int, StepResult], dialect: str | None) -> str:
     refs = list(iter_refs(value))
+    if any(is_free_placeholder(r) for r in refs):
+        return "free_text"  # <chiller_asset_id>, <output from Task5>: counted apart
     if any(r.is_hinted for r in refs):
         return "hinted"
     for ref in refs:
@@ -616,6 +622,7 @@ async def run_policy(
     by_id = {r.step_id: r for r in results}
     llm_args: dict[int, dict[str, str]] = {}
     grounding: Counter[str] = Counter()
+    free_text_calls = 0
     for r in results:
         if r.error_kind is ErrorKind.RESOLUTION_UNGROUNDED:
             grounding["ungrounded_failures"] += 1
@@ -634,12 +641,15 @@ async def run_policy(
         llm_args[r.step_id] = {
             a: _why_llm(bound.get(a), by_id, plan.dialect) for a in llm
         }
+        if "free_text" in llm_args[r.step_id].values():
+            free_text_calls += r.llm_calls
     return PolicyRun(
         resolve_calls=usage.llm_calls.get("resolve", 0),
         statuses={r.step_id: str(r.status) for r in sorted(results, key=lambda r: r.step_id)},
         resolved_steps=resolved,
         llm_args=llm_args,
         grounding=dict(grounding),
+        free_text_calls=free_text_calls,
     )
 
 
@@ -684,6 +694,8 @@ class PlanReport:
     """Corpus plans: planexec's calls when no path can be followed (flat outputs)."""
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """planexec's resolver per `STAGES` entry: ``calls`` and ``grounding`` counts."""
+    free_text_calls: int = 0
+    """planexec's calls spent on steps with free-text placeholders (``<site_name>``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON row."""
@@ -698,6 +710,7 @@ class PlanReport:
             "placeholder_reasoning_steps": self.placeholder_reasoning_steps,
             "resolved_steps": self.resolved_steps,
             "planexec_calls": pe,
+            "planexec_free_text_calls": self.free_text_calls,
             "baseline_a_calls": a,
             "baseline_b_calls": b,
             "ratio_planexec_to_a": _ratio(pe, a),
@@ -753,6 +766,7 @@ async def measure_plan(
         statuses=dict(sorted(Counter(mine.statuses.values()).items())),
         consistent=all(r.statuses == mine.statuses for r in runs.values()),
         stages=stages,
+        free_text_calls=mine.free_text_calls,
     )
 
 
@@ -812,7 +826,8 @@ async def measure_all(corpus: Path | None) -> dict[str, Any]:
 
 def _totals(rows: Sequence[PlanReport]) -> dict[str, Any]:
     keys = ("steps", "tool_steps", "placeholder_steps", "placeholder_reasoning_steps",
-            "resolved_steps", "planexec_calls", "baseline_a_calls", "baseline_b_calls")
+            "resolved_steps", "planexec_calls", "planexec_free_text_calls", "baseline_a_calls",
+            "baseline_b_calls")
     dicts = [r.to_dict() for r in rows]
     out: dict[str, Any] = {"plans": len(rows)}
     for k in keys:
@@ -886,6 +901,11 @@ def _table(report: Mapping[str, Any]) -> str:
                 f"{s['filled_grounded_share']})  "
                 + ", ".join(f"{k}={v}" for k, v in s["grounding"].items())
             )
+    lines.append(
+        "planexec calls on steps with free-text placeholders (<chiller_asset_id>): "
+        + ", ".join(f"{src} {t['planexec_free_text_calls']}"
+                    for src, t in report["totals"].items())
+    )
     corpus = report["totals"]["corpus"]
     if "planexec_calls_flat_outputs" in corpus:
         lines.append(

@@ -5,6 +5,8 @@ No argument is ever dropped, guessed or passed through silently.
 
 from typing import TYPE_CHECKING, Any
 
+from loguru import logger as _logger
+
 from planexec.errors import (
     CassetteError,
     CassetteMissError,
@@ -30,7 +32,13 @@ from planexec.plan import (
     Template,
 )
 
+_logger.disable("planexec")  # quiet as a library: see enable_logging (planexec._log)
+
 if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
+    from planexec._log import (
+        disable_logging,
+        enable_logging,
+    )
     from planexec.agent import (
         PlanExecuteAgent,
     )
@@ -115,6 +123,8 @@ _LAZY: dict[str, str] = {
     "Verdict": "planexec.evaluation",
     "check_plan": "planexec.parsing",
     "detect_dialect": "planexec.parsing",
+    "disable_logging": "planexec._log",
+    "enable_logging": "planexec._log",
     "load_config": "planexec.config",
     "load_model": "planexec.models",
     "load_tools": "planexec.tools",
@@ -135,6 +145,8 @@ __all__ = [
     "ConfigError",
     "detect_dialect",
     "Diagnostic",
+    "disable_logging",
+    "enable_logging",
     "ErrorKind",
     "EvalStatus",
     "Evaluator",

@@ -7,8 +7,10 @@ resilience layer (retries with backoff, circuit breaker) plugs in here too.
 
 Each call tells the model what it is for: a `ModelCall` (purpose, step, the keys asked
 for, run) travels in the langchain ``RunnableConfig`` metadata (``planexec_*`` keys) with
-a ``run_name`` of ``planexec.<purpose>``, so tracing callbacks see named calls and the
-fakes of `planexec.testing` answer by purpose instead of by reading prompt text.
+a ``run_name`` of ``planexec:<purpose>``, so tracing callbacks see named calls and the
+fakes of `planexec.testing` answer by purpose instead of by reading prompt text. When
+the run is traced (`planexec.tracing`), the config also carries the run's callbacks,
+parented under the run's step or the run itself (``planexec:resolve step 3``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -25,6 +27,9 @@ from langchain_core.messages import BaseMessage
 from planexec.errors import ModelError, ModelTimeoutError
 from planexec.events import EventBus, LLMCalled
 from planexec.results import Usage
+
+if TYPE_CHECKING:
+    from planexec.tracing import RunTrace
 
 __all__ = ["ModelCall", "ModelClient", "as_client", "message_text"]
 
@@ -48,7 +53,7 @@ class ModelCall:
     def config(self) -> dict[str, Any]:
         """The ``RunnableConfig`` that carries this call (metadata and a run name)."""
         return {
-            "run_name": f"planexec.{self.purpose}",
+            "run_name": f"planexec:{self.purpose}",
             "metadata": {
                 f"{_META}purpose": self.purpose,
                 f"{_META}step_id": self.step_id,
@@ -90,6 +95,9 @@ def message_text(message: Any) -> str:
 class ModelClient:
     """Calls a chat model with a timeout, counting usage and emitting events."""
 
+    trace: RunTrace | None = None
+    """The run's trace (`planexec.tracing`): when set, each call is parented in it."""
+
     def __init__(
         self,
         model: BaseChatModel,
@@ -115,8 +123,12 @@ class ModelClient:
         clone.usage, clone.bus, clone.run_id = usage, bus, run_id
         return clone
 
+    def _config(self, call: ModelCall) -> Any:
+        """The call's ``RunnableConfig``: parented in the run's trace when it has one."""
+        return call.config() if self.trace is None else self.trace.model_config(call)
+
     async def _invoke(self, messages: Sequence[BaseMessage], call: ModelCall) -> Any:
-        return await self.model.ainvoke(list(messages), config=call.config())  # type: ignore[arg-type]
+        return await self.model.ainvoke(list(messages), config=self._config(call))
 
     async def complete(
         self,
@@ -176,6 +188,65 @@ class ModelClient:
                     )
                 )
         return message_text(reply)
+
+    async def complete_structured(
+        self,
+        messages: Sequence[BaseMessage],
+        schema: Mapping[str, Any],
+        *,
+        purpose: str,
+        step_id: int | None = None,
+    ) -> dict[str, Any]:
+        """Ask for structured output (``with_structured_output``) and return the value.
+
+        The call goes through `complete` (so a subclass's retries, breaker and streaming
+        choice apply; it is timed, counted under ``purpose`` and emits `LLMCalled`).
+
+        Args:
+            messages: The prompt.
+            schema: The JSON Schema of the value to return.
+            purpose: What the call is for.
+            step_id: The step it serves, if any.
+
+        Returns:
+            The value the model returned, as a dict.
+
+        Raises:
+            NotImplementedError: the model has no structured output.
+            ModelTimeoutError: the call exceeded ``timeout``.
+            ModelError: the model raised, or returned no value of the schema.
+        """
+        box = _StructuredModel(self.model.with_structured_output(dict(schema), include_raw=True))
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.__dict__.update(model=box, stream=False)
+        await clone.complete(messages, purpose=purpose, step_id=step_id)
+        value = box.parsed
+        if hasattr(value, "model_dump"):
+            value = value.model_dump()
+        if not isinstance(value, dict):
+            why = box.error or f"got {type(value).__name__}"
+            raise ModelError(f"model call ({purpose}) returned no structured value: {why}")
+        return value
+
+
+class _StructuredModel:
+    """Stands in for the chat model in one `ModelClient.complete_structured` call."""
+
+    def __init__(self, runnable: Any) -> None:
+        self.runnable = runnable
+        self.parsed: Any = None
+        self.error: str | None = None
+
+    async def ainvoke(self, messages: list[BaseMessage], config: Any = None) -> Any:
+        out = await self.runnable.ainvoke(messages, config=config)
+        if isinstance(out, dict) and "raw" in out and "parsed" in out:
+            self.parsed = out["parsed"]
+            error = out.get("parsing_error")
+            self.error = None if error is None else repr(error)
+            return out["raw"]
+        self.parsed = out
+        return out
 
 
 def as_client(model: BaseChatModel | ModelClient | None) -> ModelClient | None:

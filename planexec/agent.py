@@ -34,14 +34,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
+from langchain_core.callbacks import Callbacks
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel
 
@@ -99,9 +102,11 @@ from planexec.results import (
     StepError,
     StepResult,
     StepStatus,
+    new_run_id,
 )
 from planexec.runtime import Runtime
 from planexec.tools import ToolCatalog
+from planexec.tracing import RunTrace
 
 __all__ = ["PlanExecuteAgent"]
 
@@ -109,6 +114,37 @@ ANSWER_SYSTEM = """You answer the user's question from the results of the steps 
 Use only the outputs of steps that SUCCEEDED as evidence. A step marked FAILED, BLOCKED,
 SKIPPED or CANCELLED produced nothing: say what could not be found out, never guess it.
 Answer directly and concisely."""
+
+
+_T = TypeVar("_T")
+
+
+def _run_blocking(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine to its end from synchronous code and return its result.
+
+    Without a running event loop in this thread, ``asyncio.run``. With one (a Jupyter
+    cell), the coroutine runs in a worker thread with its own loop (and the caller's
+    context variables), and this thread waits for it.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            outcome["value"] = context.run(asyncio.run, coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="planexec-run-sync")
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
 
 
 def _next_version(run: Run) -> int:
@@ -136,6 +172,8 @@ class _RunCtx:
     """Where the current plan's reply was cut off (None: the plan is complete)."""
     cut_results: dict[int, StepResult] = field(default_factory=dict)
     """The current plan's steps cut off inside, recorded as not run (SKIPPED)."""
+    trace: RunTrace | None = None
+    """The run's trace (`planexec.tracing`), when the caller traces."""
 
 
 class _Replan(Exception):
@@ -171,6 +209,8 @@ class PlanExecuteAgent:
         breakers: Circuit breakers (shared by the agent's runs); one registry by default.
         runner: How tools are called (by default from ``config.executor.backend``).
         hints: Safety hints by tool name (``{"search": {"read_only": True}}``).
+        callbacks: langchain callback handlers that see every run as one tree: a parent
+            run per `run` with each model and tool call under it (docs/observability.md).
     """
 
     def __init__(
@@ -187,6 +227,7 @@ class PlanExecuteAgent:
         breakers: BreakerRegistry | None = None,
         runner: ToolRunner | None = None,
         hints: Mapping[str, Mapping[str, Any]] | None = None,
+        callbacks: Callbacks = None,
     ) -> None:
         self.model = model
         """The chat model (None: no planner, no fallback, no answer)."""
@@ -194,7 +235,9 @@ class PlanExecuteAgent:
         """The tools."""
         self.config = config or AgentConfig()
         """The settings."""
-        self.runtime = Runtime(model, self.catalog, self.config, breakers=breakers, runner=runner)
+        self.runtime = Runtime(
+            model, self.catalog, self.config, breakers=breakers, runner=runner, callbacks=callbacks
+        )
         """Assembles each run's model client, resolver, reasoner, limits and executor
         (it checks the config's tool names against the catalog)."""
         self.policy = policy or RecoveryPolicy.from_settings(self.config.recovery)
@@ -222,6 +265,7 @@ class PlanExecuteAgent:
                 model,
                 self.catalog,
                 dialect=ps.dialect,
+                mode=ps.mode,
                 draft_policy=ps.draft_policy,
                 max_reprompts=ps.max_reprompts,
                 output_budget=ps.output_budget,
@@ -238,6 +282,7 @@ class PlanExecuteAgent:
         expected: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         event_handlers: Sequence[EventHandler] = (),
+        config: RunnableConfig | None = None,
     ) -> Run:
         """Answer ``question``: plan, execute, recover, answer, evaluate.
 
@@ -249,6 +294,9 @@ class PlanExecuteAgent:
                 (docs/recovery.md, "Typed outputs and blame").
             run_id: The run's id (a new one by default).
             event_handlers: Extra subscribers for this run's events.
+            config: A langchain ``RunnableConfig`` for the run: its ``callbacks``, ``tags``,
+                ``metadata`` and ``run_name`` apply to the run's parent callback run and
+                every model and tool call under it (docs/observability.md).
 
         Returns:
             The finished `Run` (``SUCCEEDED``, ``FAILED``, or ``INCOMPLETE`` when a plan
@@ -263,7 +311,7 @@ class PlanExecuteAgent:
         if self.planner is None:
             raise RunError("no model to plan with: give a model, or use execute_plan(plan)")
         self._check_expected(output_type, expected)
-        ctx = await self._start(question, run_id, output_type, event_handlers)
+        ctx = await self._start(question, run_id, output_type, event_handlers, config=config)
         ctx.expected = expected
         return await self._drive(ctx, None, "")
 
@@ -276,6 +324,7 @@ class PlanExecuteAgent:
         expected: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         event_handlers: Sequence[EventHandler] = (),
+        config: RunnableConfig | None = None,
     ) -> Run:
         """Run a given plan (text or `Plan`), with recovery but without re-planning.
 
@@ -285,7 +334,8 @@ class PlanExecuteAgent:
         agent has a model (the model then serves the resolver's fallback, reasoning
         steps, tool selection, the typed output's mapping and the answer — never the
         planner). A plan whose text was cut off inside a step runs what is complete
-        and ends ``INCOMPLETE`` (``PLAN_INCOMPLETE``), never ``SUCCEEDED``.
+        and ends ``INCOMPLETE`` (``PLAN_INCOMPLETE``), never ``SUCCEEDED``. ``config``
+        traces the run as in `run`.
 
         Raises:
             PlanParseError: the text holds no plan.
@@ -304,7 +354,7 @@ class PlanExecuteAgent:
             else plan
         )
         parsed = check_plan(parsed, self._catalog_for(output_type or self.output_type))
-        ctx = await self._start(question, run_id, output_type, event_handlers)
+        ctx = await self._start(question, run_id, output_type, event_handlers, config=config)
         ctx.expected = expected
         ctx.allow_replan = False  # a given plan is run as given: REPLAN stops
         return await self._drive(ctx, parsed, text)
@@ -391,13 +441,34 @@ class PlanExecuteAgent:
         return await self._drive(ctx, None, "", recorded=attempt, prior=prior)
 
     def run_sync(self, question: str, **kwargs: Any) -> Run:
-        """`run` from synchronous code (starts an event loop)."""
-        return asyncio.run(self.run(question, **kwargs))
+        """`run` from synchronous code, also where an event loop is running (Jupyter).
+
+        Without a running loop it starts one (``asyncio.run``); with one (a notebook
+        cell), it runs the run in a worker thread with a loop of its own and waits for
+        it. Tools and models bound to the caller's loop (an open `planexec.mcp.MCPToolset`)
+        cannot be used from that thread: in a notebook, ``await agent.run(...)`` instead.
+
+        Args:
+            question: The question.
+            **kwargs: As for `run`.
+        """
+        return _run_blocking(self.run(question, **kwargs))
+
+    def execute_plan_sync(self, plan: Plan | str, **kwargs: Any) -> Run:
+        """`execute_plan` from synchronous code, also where an event loop is running.
+
+        Args:
+            plan: The plan (text or `Plan`).
+            **kwargs: As for `execute_plan`.
+        """
+        return _run_blocking(self.execute_plan(plan, **kwargs))
 
     async def stream(self, question: str, **kwargs: Any) -> AsyncIterator[Event]:
         """Yield the run's events as they happen, ending with `RunFinished`.
 
-        Closing the iterator early cancels the run. The finished run is ``last_run``.
+        The last event, `RunFinished`, carries the finished `Run` (``event.run``).
+        Closing the iterator early cancels the run. The finished run is also
+        ``last_run``.
         """
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
         handlers = [*kwargs.pop("event_handlers", ()), queue.put_nowait]
@@ -424,9 +495,11 @@ class PlanExecuteAgent:
         run_id: str | None,
         output_type: type[BaseModel] | None,
         handlers: Sequence[EventHandler],
+        *,
+        config: RunnableConfig | None = None,
     ) -> _RunCtx:
         cfg = self.config
-        run = Run(run_id=run_id or uuid.uuid4().hex[:12], question=question)
+        run = Run(run_id=run_id or new_run_id(), question=question)
         self.last_run = run
         bus = EventBus()
         if self.store is not None:
@@ -437,12 +510,14 @@ class PlanExecuteAgent:
         for h in [*self.event_handlers, *handlers]:
             bus.subscribe(h)
         out_type = output_type or self.output_type
+        trace = await self.runtime.start_trace(config, run_id=run.run_id, question=question)
         services = self.runtime.open_run(
             run_id=run.run_id,
             usage=run.usage,
             bus=bus,
             question=question,
             catalog=self._catalog_for(out_type),
+            trace=trace,
         )
         ctx = _RunCtx(
             run,
@@ -452,6 +527,7 @@ class PlanExecuteAgent:
             services.limits,
             RecoveryState(),
             out_type,
+            trace=trace,
         )
         await bus.emit(
             RunStarted(run_id=run.run_id, question=question, config=cfg.model_dump(mode="json"))
@@ -509,6 +585,10 @@ class PlanExecuteAgent:
         except asyncio.CancelledError:
             self._mark_cancelled(ctx)
             await self._finish(ctx)
+            raise
+        except Exception as exc:  # e.g. a failing event subscriber: close the trace too
+            if ctx.trace is not None:
+                await ctx.trace.end({}, exc)
             raise
         await self._finish(ctx)
         return run
@@ -1105,7 +1185,7 @@ class PlanExecuteAgent:
             bus=ctx.bus,
             output_budget=self.config.evaluation.output_budget,
             client_for=lambda model: self.runtime.client_for(
-                model, usage=ctx.run.usage, bus=ctx.bus, run_id=ctx.run.run_id
+                model, usage=ctx.run.usage, bus=ctx.bus, run_id=ctx.run.run_id, trace=ctx.trace
             ),
         )
         try:
@@ -1177,9 +1257,17 @@ class PlanExecuteAgent:
             run.error_kind = ErrorKind.CANCELLED
             run.error = "the run was cancelled by the caller"
         run.usage.wall_time = time.perf_counter() - ctx.t0
+        if ctx.trace is not None:
+            await ctx.trace.end(
+                {"status": str(run.status), "answer": run.answer, "error": run.error}
+            )
         await ctx.bus.emit(
             RunFinished(
-                run_id=run.run_id, status=str(run.status), answer=run.answer, error=run.error
+                run_id=run.run_id,
+                status=str(run.status),
+                answer=run.answer,
+                error=run.error,
+                run=run,
             )
         )
         flush = getattr(self.store, "flush", None)

@@ -52,6 +52,16 @@ def one_line(message: str) -> str:
     return out
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("planexec")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every subcommand registered."""
     parser = _Parser(
@@ -61,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)"
     )
+    parser.add_argument("--version", action="version", version=f"planexec {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -74,10 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _configure_logging(verbosity: int) -> int:
-    """Send planexec's log to standard error; returns the sink id to remove later."""
+    """Send planexec's log to standard error; returns the sink id to remove later.
+
+    The log is the CLI's one channel for warnings (fallbacks, retries, repairs): the
+    progress display does not repeat them. planexec's records are off in a library
+    (`planexec.enable_logging`); the CLI turns them on for the command.
+    """
     from loguru import logger
 
     logger.remove()
+    logger.enable("planexec")
     level = {0: "WARNING", 1: "INFO"}.get(verbosity, "DEBUG")
     logger.configure(extra={"run_id": "-", "step_id": "-"})
     def to_stderr(message: object) -> None:
@@ -119,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         with contextlib.suppress(ValueError):  # a command may have reset the sinks itself
             logger.remove(sink)
+        logger.disable("planexec")  # a library again (main may run inside a program)
     return int(code or 0)
 
 

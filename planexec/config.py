@@ -201,8 +201,13 @@ class ModelSettings(_Settings):
 class PlannerSettings(_Settings):
     """How plans are asked for and read."""
 
-    dialect: Literal["auto", "hashstep", "rewoo", "llmcompiler"] = "auto"
-    """The plan dialect to parse (the prompt always teaches hashstep)."""
+    dialect: Literal["auto", "hashstep", "rewoo", "llmcompiler", "json"] = "auto"
+    """The plan dialect to parse text replies in (the prompt teaches hashstep, or the
+    json dialect when this is ``json``)."""
+    mode: Literal["auto", "text", "structured"] = "auto"
+    """How plans are asked for: ``structured`` output (a JSON plan, the json dialect)
+    where the model has it and ``text`` otherwise (``auto``), always ``text``, or always
+    ``structured`` (a model without structured output is a configuration error)."""
     draft_policy: Literal["last_complete", "first", "last"] = "last_complete"
     """Which plan to keep when a reply holds several drafts."""
     max_reprompts: int = Field(default=2, ge=0)

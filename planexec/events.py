@@ -17,7 +17,7 @@ from typing import Any
 from planexec.errors import ErrorKind
 from planexec.grounding import Grounding
 from planexec.plan import Plan
-from planexec.results import ResolutionMethod, StepResult
+from planexec.results import ResolutionMethod, Run, StepResult
 
 __all__ = [
     "ArgResolved",
@@ -149,6 +149,10 @@ class RunFinished(Event):
     status: str
     answer: str | None = None
     error: str | None = None
+    run: Run | None = field(default=None, compare=False, repr=False, metadata={"record": False})
+    """The finished run, from `planexec.PlanExecuteAgent` (the last event of ``stream``).
+    Not recorded by the store (`planexec.store.codec.event_to_json` leaves it out: the
+    store has the run's own events)."""
 
 
 EventHandler = Callable[[Event], Awaitable[None] | None]

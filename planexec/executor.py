@@ -54,7 +54,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from planexec._log import step_log
 from planexec._text import as_text as _as_text
@@ -90,6 +90,9 @@ from planexec.tools import (
     invoke_tool,
     sync_only,
 )
+
+if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tracing
+    from planexec.tracing import RunnableConfig, RunTrace
 
 __all__ = [
     "REUSED_NOTE",
@@ -127,9 +130,11 @@ class LocalToolRunner:
     Async tools run on the running event loop, sync ones in a daemon thread of their own.
     """
 
-    async def call(self, spec: ToolSpec, args: dict[str, Any]) -> Any:
-        """Call the tool through `planexec.tools.invoke_tool`."""
-        return await invoke_tool(spec, args)
+    async def call(
+        self, spec: ToolSpec, args: dict[str, Any], config: RunnableConfig | None = None
+    ) -> Any:
+        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given)."""
+        return await invoke_tool(spec, args, config)
 
 
 @runtime_checkable
@@ -318,6 +323,7 @@ class Executor:
         breakers: BreakerRegistry | None = None,
         guard: Guard | None = None,
         runner: ToolRunner | None = None,
+        trace: RunTrace | None = None,
     ) -> None:
         """Build an executor.
 
@@ -342,6 +348,8 @@ class Executor:
             guard: Called before each step's tool call; a message fails the step
                 with ``LIMIT_EXCEEDED``.
             runner: Makes tool calls (`LocalToolRunner` by default).
+            trace: The run's trace (`planexec.tracing`): each round, step and tool call
+                is a callback run in it. None (untraced): no per-call configs at all.
         """
         if resolver is None:
             resolver = ArgResolver()
@@ -363,6 +371,8 @@ class Executor:
         """The limit hook."""
         self.runner: ToolRunner = runner if runner is not None else LocalToolRunner()
         """Makes tool calls."""
+        self.trace = trace
+        """The run's trace, if the run is traced."""
         attach = getattr(self.runner, "attach_catalog", None)
         if callable(attach):  # optional hook: e.g. Ray hosts tools that share state together
             attach(catalog)
@@ -425,6 +435,28 @@ class Executor:
         self.cancel(reason)
 
     async def run(
+        self,
+        plan: Plan,
+        *,
+        prior: Mapping[int, StepResult] | None = None,
+        feedback: Mapping[int, StepError] | None = None,
+        plan_version: int = 1,
+    ) -> list[StepResult]:
+        """Run a plan; see `_run` (traced as one round of the plan attempt when traced)."""
+        if self.trace is None:
+            return await self._run(plan, prior=prior, feedback=feedback, plan_version=plan_version)
+        await self.trace.start_attempt(plan_version, len(plan.steps))
+        try:
+            results = await self._run(
+                plan, prior=prior, feedback=feedback, plan_version=plan_version
+            )
+        except BaseException as exc:
+            await self.trace.end_attempt(None, exc)
+            raise
+        await self.trace.end_attempt(results)
+        return results
+
+    async def _run(
         self,
         plan: Plan,
         *,
@@ -614,6 +646,8 @@ class Executor:
     ) -> StepResult:
         ctx = _Ctx(step=step, started_at=time.time(), t0=time.perf_counter())
         ctx.tool, ctx.server = step.tool, step.server
+        if self.trace is not None:
+            await self.trace.start_step(step.id, step.tool)
         try:
             async with asyncio.timeout(self.config.step_timeout):
                 result = await self._execute(ctx, results, feedback, plan_ids)
@@ -643,6 +677,8 @@ class Executor:
                 f"step {step.id}: cancelled while {ctx.phase}{why}",
             )
             step_log(self.run_id, step.id).warning(result.error)
+        if self.trace is not None:
+            await self.trace.end_step(result)
         await self._finish(result)
         return result
 
@@ -1052,7 +1088,11 @@ class Executor:
                 whether the tool was left running.
             asyncio.CancelledError: the step was cancelled.
         """
-        call = asyncio.ensure_future(self.runner.call(spec, args))
+        if self.trace is not None and type(self.runner) is LocalToolRunner:
+            config = self.trace.tool_config(step.id, spec.name)
+            call = asyncio.ensure_future(self.runner.call(spec, args, config=config))
+        else:
+            call = asyncio.ensure_future(self.runner.call(spec, args))
         try:
             done, _ = await asyncio.wait({call}, timeout=timeout)
         except asyncio.CancelledError:

@@ -7,6 +7,14 @@ tools that do not exist, the planner re-prompts with the diagnostics, at most
 ``max_reprompts`` times; it then returns the best plan it got (the executor reports the
 remaining problems per step, and the agent's recovery policy takes over).
 
+Planner modes (``planner.mode``): with ``structured`` output the model is asked, through
+``with_structured_output``, for a JSON plan of the schema `planexec.parsing.plan_schema`
+(the json dialect); with ``text`` it writes the hashstep grammar as text. ``auto`` (the
+default) uses structured output when the model has it and text otherwise; a model
+without it, or a structured call that fails, gets the text prompt instead, with a
+`FallbackUsed` event of code ``PLANNER_MODE``. Structured plans go through the same
+checks and re-prompts.
+
 On a re-plan the prompt also holds the previous plan, the steps that succeeded (outputs
 cut to a budget), the steps that failed and why, and the lessons so far. Succeeded steps
 are *kept*: the new plan may reference them (``<step_2>``) and they are not run again.
@@ -31,7 +39,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from planexec._log import run_log
 from planexec._models import ModelClient, as_client
-from planexec.errors import PlanParseError
+from planexec.errors import ConfigError, ModelError, PlanParseError
 from planexec.evaluation import cut
 from planexec.events import EventBus, FallbackUsed
 from planexec.plan import Diagnostic, Plan, Severity, Step, to_jsonable
@@ -41,6 +49,8 @@ from planexec.tools import ToolCatalog
 __all__ = [
     "CUT_OFF_CODES",
     "FINAL_STEP_TOOL",
+    "JSON_PLAN_GRAMMAR",
+    "PLANNER_MODES",
     "PLAN_GRAMMAR",
     "CutOff",
     "Planner",
@@ -50,7 +60,11 @@ __all__ = [
     "fill",
     "same_call",
     "schema_fields",
+    "supports_structured_output",
 ]
+
+PLANNER_MODES = ("auto", "text", "structured")
+"""How a plan is asked for (``planner.mode``)."""
 
 FINAL_STEP_TOOL = "final_answer"
 """The tool name of the final mapping step asked for when an output schema is given."""
@@ -118,6 +132,42 @@ Question: What is the title of the first search result for "solar inverter"?
 #Dependency3: #S2
 #ExpectedOutput3: The title of the page"""
 
+JSON_PLAN_GRAMMAR = """\
+Write the plan as JSON: an object {"steps": [...]} with one object per step, numbered in \
+order starting at {{first_id}}:
+- "id": the step's number
+- "task": what this step does, in one sentence
+- "tool": the tool's exact name from the list, or null for a step that only reasons over \
+earlier results
+- "args": the arguments as a JSON object ({} when there are none)
+- "depends_on": the ids of the steps it needs ([] when none)
+- "expected_output": what the step should return
+
+Rules:
+- Use only the tools listed above, with their argument names; give every required \
+argument (arguments marked ? are optional).
+- To use an earlier step's result, write a reference as a JSON string: "<step_1>" for the \
+whole result, or "<step_2.items[0].id>" for a part of it. Never invent a value that an \
+earlier step can look up.
+- A reference inside longer text is filled in as text: "sensors of <step_1.name>".
+- Write only the plan, one plan only."""
+"""The plan format taught when the plan is asked for as JSON (the json dialect)."""
+
+JSON_EXAMPLE = """\
+Example (the tools search(query: str) and fetch(url: str) are illustrative only; use \
+the tools listed above):
+Question: What is the title of the first search result for "solar inverter"?
+{"steps": [
+ {"id": 1, "task": "Search for \\"solar inverter\\"", "tool": "search", \
+"args": {"query": "solar inverter"}, "depends_on": [], \
+"expected_output": "A list of results, each with a url and a title"},
+ {"id": 2, "task": "Fetch the first result", "tool": "fetch", \
+"args": {"url": "<step_1[0].url>"}, "depends_on": [1], \
+"expected_output": "The first result's page, with its title"},
+ {"id": 3, "task": "Answer with the page's title", "tool": null, \
+"args": {"page": "<step_2>"}, "depends_on": [2], "expected_output": "The title of the page"}
+]}"""
+
 SYSTEM_TEMPLATE = """\
 You are the planner of a plan-and-execute agent. Break the user's question into a short \
 sequence of steps. Each step calls one of the tools below, or reasons over earlier results.
@@ -134,6 +184,12 @@ OUTPUT_SCHEMA_TEMPLATE = """\
 ## Final result
 End your plan with a final step #Tool{{n}}: {{tool}} whose #Args{{n}} is a JSON object \
 that fills these fields from earlier steps' results (use references, as in any step):
+{{fields}}"""
+
+OUTPUT_SCHEMA_JSON_TEMPLATE = """\
+## Final result
+End your plan with a final step whose "tool" is "{{tool}}" and whose "args" is a JSON \
+object that fills these fields from earlier steps' results (use references, as in any step):
 {{fields}}"""
 
 REPLAN_TEMPLATE = """\
@@ -307,6 +363,9 @@ class PlannerOutcome:
     """Why the plan is missing or still has problems after the re-prompts."""
     drafts: tuple[dict[str, Any], ...] = ()
     """The replies answered with a re-prompt, in order: ``{"text": ..., "problems": [...]}``."""
+    mode: str = "text"
+    """How the last reply was asked for: ``structured`` (a JSON plan through structured
+    output; `text` is its JSON) or ``text``."""
 
     @property
     def reprompts(self) -> int:
@@ -366,6 +425,25 @@ def _tools_section(catalog: ToolCatalog) -> str:
     return "\n".join(lines) if lines else "(no tools: use reasoning steps only)"
 
 
+def supports_structured_output(model: Any) -> bool:
+    """Whether a chat model has native structured output (``with_structured_output``).
+
+    Args:
+        model: A langchain chat model.
+
+    Returns:
+        False when ``with_structured_output`` raises (`NotImplementedError` for a
+        text-only model, or any error for a schema the model cannot take).
+    """
+    from planexec.parsing import plan_schema
+
+    try:
+        model.with_structured_output(plan_schema(), include_raw=True)
+    except Exception:  # noqa: BLE001 - NotImplementedError, or a provider refusing the schema
+        return False
+    return True
+
+
 def same_call(a: Step, b: Step) -> bool:
     """Whether two steps make the same call: same tool, server and arguments (as written)."""
     return (
@@ -382,11 +460,17 @@ class Planner:
     Args:
         model: The planner's chat model or `ModelClient` (calls have purpose ``plan``).
         catalog: The tools plans may call.
-        dialect: The dialect to parse (``auto`` detects it).
+        dialect: The dialect to parse text replies in (``auto`` detects it).
+        mode: ``auto`` (structured output where the model has it, else text),
+            ``text`` or ``structured`` (see `PLANNER_MODES`).
         draft_policy: Which draft to keep when a reply holds several.
         max_reprompts: Re-prompts with diagnostics, per plan.
         output_budget: Characters of each kept step's output shown in a re-plan prompt.
         instructions: Extra instructions for the system prompt.
+
+    Raises:
+        ValueError: ``mode`` is not one of `PLANNER_MODES`.
+        ConfigError: ``mode="structured"`` with a model that has no structured output.
     """
 
     def __init__(
@@ -395,6 +479,7 @@ class Planner:
         catalog: ToolCatalog,
         *,
         dialect: str = "auto",
+        mode: str = "auto",
         draft_policy: str = "last_complete",
         max_reprompts: int = 2,
         output_budget: int = 1500,
@@ -402,9 +487,19 @@ class Planner:
     ) -> None:
         client = as_client(model)
         assert client is not None
+        if mode not in PLANNER_MODES:
+            raise ValueError(f"unknown planner mode {mode!r}; expected one of {PLANNER_MODES}")
         self.client = client
         self.catalog = catalog
         self.dialect = dialect
+        self.mode = mode
+        """``auto``, ``text`` or ``structured``."""
+        self._structured: dict[int, bool] = {}
+        if mode == "structured" and not self._has_structured(client.model):
+            raise ConfigError(
+                "planner.mode = 'structured' but the planner's model has no structured "
+                "output (with_structured_output); use mode 'auto' or 'text'"
+            )
         self.draft_policy = draft_policy
         self.max_reprompts = max_reprompts
         self.output_budget = output_budget
@@ -412,13 +507,25 @@ class Planner:
 
     # -- prompt -------------------------------------------------------------------------
 
-    def system_prompt(self, *, first_id: int = 1) -> str:
-        """The system prompt: tools, grammar, one worked example, extra instructions."""
+    def _has_structured(self, model: Any) -> bool:
+        key = id(model)
+        if key not in self._structured:
+            self._structured[key] = supports_structured_output(model)
+        return self._structured[key]
+
+    def system_prompt(self, *, first_id: int = 1, json_format: bool = False) -> str:
+        """The system prompt: tools, grammar, one worked example, extra instructions.
+
+        Args:
+            first_id: The number of the first step to write.
+            json_format: Teach the json dialect (structured mode) instead of hashstep.
+        """
         return fill(
             SYSTEM_TEMPLATE,
             tools=_tools_section(self.catalog),
-            grammar=fill(PLAN_GRAMMAR, first_id=str(first_id)),
-            example=EXAMPLE,
+            grammar=fill(JSON_PLAN_GRAMMAR if json_format else PLAN_GRAMMAR,
+                         first_id=str(first_id)),
+            example=JSON_EXAMPLE if json_format else EXAMPLE,
             instructions=f"\n\n## Instructions\n{self.instructions}" if self.instructions else "",
         )
 
@@ -474,14 +581,18 @@ class Planner:
         *,
         context: ReplanContext | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        json_format: bool = False,
     ) -> list[BaseMessage]:
-        """The messages of the first prompt for ``question`` (a re-plan with ``context``)."""
+        """The messages of the first prompt for ``question`` (a re-plan with ``context``).
+
+        With ``json_format`` the prompt teaches the json dialect (structured mode).
+        """
         first_id = context.first_id if context is not None else 1
         parts = [fill("Question: {{question}}", question=question)]
         if output_schema is not None:
             parts.append(
                 fill(
-                    OUTPUT_SCHEMA_TEMPLATE,
+                    OUTPUT_SCHEMA_JSON_TEMPLATE if json_format else OUTPUT_SCHEMA_TEMPLATE,
                     n="N",
                     tool=FINAL_STEP_TOOL,
                     fields="\n".join(schema_fields(output_schema)) or "(no fields)",
@@ -490,17 +601,17 @@ class Planner:
         if context is not None:
             parts.append(self._replan_section(context))
         return [
-            SystemMessage(content=self.system_prompt(first_id=first_id)),
+            SystemMessage(content=self.system_prompt(first_id=first_id, json_format=json_format)),
             HumanMessage(content="\n\n".join(parts)),
         ]
 
     # -- parse and check ----------------------------------------------------------------
 
-    def _parse(self, text: str) -> tuple[Plan | None, str | None]:
+    def _parse(self, text: str, dialect: str | None = None) -> tuple[Plan | None, str | None]:
         from planexec.parsing import parse_plan
 
         try:
-            plan = parse_plan(text, self.dialect, draft_policy=self.draft_policy)
+            plan = parse_plan(text, dialect or self.dialect, draft_policy=self.draft_policy)
         except PlanParseError as exc:
             return None, str(exc)
         if not plan.steps:
@@ -589,14 +700,27 @@ class Planner:
         client = client or self.client
         catalog = catalog or self.catalog
         kept = dict(context.kept) if context is not None else {}
-        messages = self.messages(question, context=context, output_schema=output_schema)
+        structured = await self._start_structured(client, run_id, bus)
+
+        def first_messages(json_format: bool) -> list[BaseMessage]:
+            return self.messages(
+                question, context=context, output_schema=output_schema, json_format=json_format
+            )
+
+        messages = first_messages(structured or self.dialect == "json")
         replies: list[str] = []
         drafts: list[dict[str, Any]] = []
         best: tuple[Plan | None, dict[int, StepResult], str | None] = (None, {}, None)
         for round_ in range(self.max_reprompts + 1):
-            text = await client.complete(messages, purpose="plan")
+            reply: str | None = None
+            if structured:
+                reply = await self._structured_reply(client, messages, run_id, bus)
+                if reply is None:  # the structured call failed: ask for text from here on
+                    structured = False
+                    messages = first_messages(self.dialect == "json")
+            text = reply if reply is not None else await client.complete(messages, purpose="plan")
             replies.append(text)
-            plan, error = self._parse(text)
+            plan, error = self._parse(text, "json" if structured else None)
             problems: list[str]
             prior: dict[int, StepResult] = {}
             if plan is None:
@@ -646,4 +770,66 @@ class Planner:
                         run_id=run_id, step_id=None, code="PLAN_PROBLEMS_REMAIN", message=message
                     )
                 )
-        return PlannerOutcome(plan, replies[-1], prior, tuple(replies), error, tuple(drafts))
+        return PlannerOutcome(
+            plan,
+            replies[-1],
+            prior,
+            tuple(replies),
+            error,
+            tuple(drafts),
+            "structured" if structured else "text",
+        )
+
+    async def _mode_fallback(
+        self, run_id: str, bus: EventBus | None, why: str, *, failed: bool = True
+    ) -> None:
+        """Say that the text prompt is used, as an event and a log line.
+
+        A warning when a structured call failed; an info line when the model simply has
+        no structured output (nothing went wrong).
+        """
+        message = f"planner.mode={self.mode}: {why}; asking for a text plan instead"
+        if failed:
+            run_log(run_id).warning(message)
+        else:
+            run_log(run_id).info(message)
+        if bus is not None:
+            await bus.emit(
+                FallbackUsed(run_id=run_id, step_id=None, code="PLANNER_MODE", message=message)
+            )
+
+    async def _start_structured(
+        self, client: ModelClient, run_id: str, bus: EventBus | None
+    ) -> bool:
+        """Whether to ask for a structured plan (a `FallbackUsed` event when not possible)."""
+        if self.mode == "text":
+            return False
+        if self._has_structured(client.model):
+            run_log(run_id).info(
+                "planner.mode={}: asking for the plan through structured output", self.mode
+            )
+            return True
+        await self._mode_fallback(
+            run_id,
+            bus,
+            "the model has no structured output (with_structured_output)",
+            failed=False,
+        )
+        return False
+
+    async def _structured_reply(
+        self,
+        client: ModelClient,
+        messages: Sequence[BaseMessage],
+        run_id: str,
+        bus: EventBus | None,
+    ) -> str | None:
+        """The structured plan as JSON text, or None when the structured call failed."""
+        from planexec.parsing import plan_schema
+
+        try:
+            value = await client.complete_structured(messages, plan_schema(), purpose="plan")
+        except (NotImplementedError, ModelError) as exc:
+            await self._mode_fallback(run_id, bus, f"the structured plan call failed ({exc})")
+            return None
+        return json.dumps(value, ensure_ascii=False)

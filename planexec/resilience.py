@@ -477,7 +477,7 @@ class ResilientModelClient(ModelClient):
             return await super()._invoke(messages, call)
         merged: Any = None
         stream: AsyncIterator[Any] = self.model.astream(
-            list(messages), config=call.config()  # type: ignore[arg-type]
+            list(messages), config=self._config(call)
         )
         async for chunk in stream:
             merged = chunk if merged is None else merged + chunk

@@ -1094,15 +1094,17 @@ class _Resolution:
         first = next(iter(needs))
         if len(needs) == 1:
             why = "; ".join(needs[first].reasons)
-            label, verb = f"argument {names}", "needs"
+            label = f"argument {names}"
         else:
             why = "; ".join(f"'{n}': {'; '.join(need.reasons)}" for n, need in needs.items())
-            label, verb = f"arguments {names}", "need"
+            label = f"arguments {names}"
         if self.client is None:
+            # The real cause first (the path, reference or value that failed), then why
+            # nothing else could be tried.
             return self.fail(
                 ErrorKind.RESOLUTION_FAILED,
-                f"{self.where}: {label} {verb} the LLM fallback ({why}) but no model "
-                "is configured",
+                f"{self.where}: {label}: {why}; the LLM fallback that would be asked "
+                "next is unavailable: no model is configured",
                 tuple(needs),
             )
         await self.warn(
@@ -1222,10 +1224,12 @@ class _Resolution:
         return filled
 
     def referenced_steps(self) -> list[int]:
-        ids = sorted({r.step for r in self.step.refs if r.step in self.results})
-        if not ids:
-            ids = [d for d in self.step.explicit_deps if d in self.results]
-        return ids
+        ids = {r.step for r in self.step.refs if r.step in self.results}
+        if not ids or any(r.is_hinted for r in self.step.refs):
+            # a hinted reference (e.g. a free-text placeholder such as <chiller_asset_id>)
+            # may mean any declared dependency: show them all
+            ids |= {d for d in self.step.explicit_deps if d in self.results}
+        return sorted(ids)
 
     def prompt(self, needs: Mapping[str, _Need], values: Mapping[str, Any]) -> list[BaseMessage]:
         step, spec = self.step, self.spec

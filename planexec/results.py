@@ -33,6 +33,7 @@ __all__ = [
     "Usage",
     "encode_json",
     "jsonable",
+    "new_run_id",
 ]
 
 
@@ -486,6 +487,15 @@ class PlanAttempt:
         }
 
 
+def new_run_id() -> str:
+    """A new run id: 12 hexadecimal digits (e.g. ``05346fccf98f``).
+
+    The one format of every entry point (`planexec.PlanExecuteAgent`, ``planexec run``,
+    ``ask``, ``demo``, the MCP server, the Ray drivers), so ids look alike in the store.
+    """
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass
 class Run:
     """A whole agent run: the question, every plan attempt, the answer and the usage."""
@@ -513,12 +523,22 @@ class Run:
 
     @property
     def results(self) -> list[StepResult]:
-        """The latest result of every step id, across attempts."""
+        """The latest result of every step id, across attempts, in plan order.
+
+        Plan order is the order of the steps in the last plan, then the steps of
+        earlier plans that it does not have (in their plans' order), then any other
+        step ids in ascending order — never the order in which steps finished.
+        """
         latest: dict[int, StepResult] = {}
         for attempt in self.attempts:
             for r in attempt.results:
                 latest[r.step_id] = r
-        return list(latest.values())
+        order: dict[int, int] = {}
+        for attempt in reversed(self.attempts):
+            if attempt.plan is not None:
+                for sid in attempt.plan.ids:
+                    order.setdefault(sid, len(order))
+        return sorted(latest.values(), key=lambda r: (order.get(r.step_id, len(order)), r.step_id))
 
     @property
     def plan(self) -> Plan | None:

@@ -501,11 +501,18 @@ def tool_source(
         mcp_config: The ``--mcp-config`` file (recorded as an absolute path).
 
     Returns:
-        ``{"tools": ..., "mcp_config": ...}`` with the keys that were given.
+        ``{"tools": ..., "mcp_config": ...}`` with the keys that were given, and
+        ``"tools_path"``: the absolute ``sys.path`` entry ``MODULE`` is imported from
+        (`planexec._loading.module_root`), so that a resume started elsewhere finds it.
     """
+    from planexec._loading import module_root
+
     out: dict[str, str] = {}
     if tools:
         out["tools"] = str(tools)
+        root = module_root(str(tools))
+        if root:
+            out["tools_path"] = root
     if mcp_config:
         out["mcp_config"] = str(Path(mcp_config).expanduser().resolve())
     return out
@@ -516,7 +523,9 @@ def recorded_tool_source(config: Mapping[str, Any]) -> dict[str, str]:
     raw = config.get(TOOL_SOURCE_KEY)
     if not isinstance(raw, Mapping):
         return {}
-    return {k: str(v) for k, v in raw.items() if k in ("tools", "mcp_config") and v}
+    return {
+        k: str(v) for k, v in raw.items() if k in ("tools", "mcp_config", "tools_path") and v
+    }
 
 
 class StampedStore:

@@ -16,6 +16,9 @@ drivers), ``planexec run`` and the MCP server's ``execute_plan`` tool.
 - `Runtime.open_run` returns a run's `RunServices`: that client, the `ArgResolver` and
   `ModelReasoner` on it, the run's `Limits`, and the `Executor` holding them (with the
   limits as its guard). The executor itself knows no model.
+- `Runtime.start_trace` opens a run's trace (`planexec.tracing`) from the caller's
+  ``RunnableConfig`` and the runtime's ``callbacks``, when anybody traces; given to
+  `open_run`, it parents every model and tool call of the run under one callback run.
 
 Example:
     >>> from planexec.events import EventBus
@@ -31,7 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from langchain_core.callbacks import Callbacks
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 
 from planexec._log import run_log
 from planexec._models import ModelClient
@@ -47,6 +52,7 @@ from planexec.resolver import ArgResolver
 from planexec.results import Usage
 from planexec.selection import ModelToolSelector
 from planexec.tools import ToolCatalog
+from planexec.tracing import RunTrace, start_trace
 
 __all__ = ["RunServices", "Runtime", "limit_guard", "tool_runner"]
 
@@ -112,6 +118,7 @@ class Runtime:
         *,
         breakers: BreakerRegistry | None = None,
         runner: ToolRunner | None = None,
+        callbacks: Callbacks = None,
     ) -> None:
         """Assemble a runtime.
 
@@ -123,6 +130,8 @@ class Runtime:
             breakers: Circuit breakers to share (by default a new registry with
                 ``model.breaker_failure_threshold`` and ``model.breaker_recovery_time``).
             runner: How tools are called (by default from ``executor.backend``).
+            callbacks: langchain callback handlers that see every traced run (see
+                `start_trace`).
 
         Raises:
             ConfigError: the config names tools that are not in the catalog (see
@@ -147,6 +156,8 @@ class Runtime:
             runner if runner is not None else tool_runner(self.config.executor)
         )
         """How tools are called (`LocalToolRunner`, or Ray's with ``backend = "ray"``)."""
+        self.callbacks: Callbacks = callbacks
+        """Callback handlers of every run (`start_trace`)."""
 
     def check_tool_names(self, catalog: ToolCatalog | None = None) -> None:
         """Reject tool names in limits and timeouts that name no tool of the catalog.
@@ -195,16 +206,23 @@ class Runtime:
             )
 
     def client_for(
-        self, model: BaseChatModel, *, usage: Usage, bus: EventBus | None, run_id: str
+        self,
+        model: BaseChatModel,
+        *,
+        usage: Usage,
+        bus: EventBus | None,
+        run_id: str,
+        trace: RunTrace | None = None,
     ) -> ResilientModelClient:
         """A run-bound client for ``model`` with the ``model`` settings.
 
         Timeout, retries (backoff and jitter), streaming and the provider's breaker are
         those of every model call of a run: planner, resolver, reasoning, answer, and an
-        `LLMJudge` given a plain model. Every attempt counts in ``usage``.
+        `LLMJudge` given a plain model. Every attempt counts in ``usage``; with a
+        ``trace``, every call is parented in the run's trace.
         """
         cfg = self.config.model
-        return ResilientModelClient(
+        client = ResilientModelClient(
             model,
             timeout=cfg.timeout,
             usage=usage,
@@ -214,12 +232,21 @@ class Runtime:
             breakers=self.breakers,
             stream=cfg.stream,
         )
+        client.trace = trace
+        return client
 
-    def client(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> ModelClient | None:
+    def client(
+        self,
+        *,
+        usage: Usage,
+        bus: EventBus | None,
+        run_id: str,
+        trace: RunTrace | None = None,
+    ) -> ModelClient | None:
         """The run-bound client of the runtime's model (None without a model)."""
         if self.model is None:
             return None
-        return self.client_for(self.model, usage=usage, bus=bus, run_id=run_id)
+        return self.client_for(self.model, usage=usage, bus=bus, run_id=run_id, trace=trace)
 
     def resolver(self, client: ModelClient | None) -> ArgResolver:
         """An `ArgResolver` whose fallback calls ``client``, with ``resolver.output_budget``."""
@@ -227,6 +254,24 @@ class Runtime:
             client,
             output_budget=self.config.resolver.output_budget,
             ungrounded=self.config.resolver.ungrounded,
+        )
+
+    async def start_trace(
+        self, config: RunnableConfig | None, *, run_id: str, question: str
+    ) -> RunTrace | None:
+        """Open a run's trace: one parent callback run for all its calls.
+
+        Args:
+            config: The caller's ``RunnableConfig`` (callbacks, tags, metadata, run name).
+            run_id: The run's id.
+            question: The run's question (the parent run's input).
+
+        Returns:
+            The trace to give `open_run`, or None when nobody traces (no callbacks in
+            ``config`` or the runtime, no langchain tracing, no OpenTelemetry).
+        """
+        return await start_trace(
+            config, self.callbacks, run_id=run_id, inputs={"question": question}
         )
 
     def open_run(
@@ -237,6 +282,7 @@ class Runtime:
         bus: EventBus,
         question: str = "",
         catalog: ToolCatalog | None = None,
+        trace: RunTrace | None = None,
     ) -> RunServices:
         """Assemble one run: its client, resolver, reasoner, limits and executor.
 
@@ -247,12 +293,15 @@ class Runtime:
             question: The question the plan answers, shown to reasoning steps.
             catalog: The run's tools, when they differ from the runtime's (e.g. with
                 the typed output's mapping tool added).
+            trace: The run's trace (`planexec.tracing.start_trace`), when the caller
+                traces: the client parents each model call in it, the executor each
+                round, step and tool call. None: untraced, today's plain call path.
 
         Returns:
             The run's services; ``executor`` runs its plans.
         """
         catalog = catalog if catalog is not None else self.catalog
-        client = self.client(usage=usage, bus=bus, run_id=run_id)
+        client = self.client(usage=usage, bus=bus, run_id=run_id, trace=trace)
         resolver = self.resolver(client)
         settings = self.config.executor
         reasoner: Reasoner | None = None
@@ -272,5 +321,6 @@ class Runtime:
             breakers=self.breakers,
             guard=limit_guard(limits, catalog),
             runner=self.runner,
+            trace=trace,
         )
         return RunServices(client, resolver, reasoner, limits, executor)

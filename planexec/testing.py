@@ -7,7 +7,9 @@
   its function receives a `ModelCall` — the call's purpose (``plan``, ``resolve``,
   ``reason``, ``select``, ``answer``, ``evaluate``), the step, the keys a resolution must
   fill (for ``select``: the candidate tools' qualified names) — so a
-  test answers by what the call is for, never by reading prompt text.
+  test answers by what the call is for, never by reading prompt text. With
+  ``structured=True`` it also plays a model with native structured output
+  (``with_structured_output``); by default it is text-only, like `ScriptedChatModel`.
 - `fake_tool`: a langchain-core tool with a canned output, error or latency, that
   records its calls.
 """
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +27,10 @@ from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
 )
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 
@@ -188,6 +192,12 @@ class FunctionModel(ScriptedChatModel):
     be a coroutine function (awaited: ``await asyncio.Event().wait()`` makes a model
     that hangs). Every call is recorded in `calls_made`.
 
+    With ``structured=True``, ``with_structured_output(schema)`` returns a runnable that
+    asks the same function (``call.purpose`` is the call's, e.g. ``"plan"``) and returns
+    its value: a dict (or a JSON text, parsed; one that does not parse is the
+    ``parsing_error`` of an ``include_raw`` call). Without it, ``with_structured_output``
+    raises `NotImplementedError`, as langchain's text-only chat models do.
+
     Example:
         >>> import json
         >>> def reply(call: ModelCall, messages: list) -> str:
@@ -199,7 +209,47 @@ class FunctionModel(ScriptedChatModel):
 
     function: Callable[..., Any] = Field(default=lambda call, messages: "")
     """Computes the reply from the `ModelCall` and the messages (sync or async)."""
+    structured: bool = False
+    """Whether the model has native structured output (``with_structured_output``)."""
     _calls: list[ModelCall] = PrivateAttr(default_factory=list)
+
+    def with_structured_output(
+        self, schema: dict[str, Any] | type, *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """A runnable that answers with the function's value (``structured=True`` only).
+
+        Raises:
+            NotImplementedError: the model is text-only (``structured=False``).
+        """
+        if not self.structured:
+            raise NotImplementedError(
+                "with_structured_output is not implemented for this model "
+                "(FunctionModel(structured=False))"
+            )
+
+        async def run(messages: Any, config: RunnableConfig | None = None) -> Any:
+            call = ModelCall.from_metadata((config or {}).get("metadata")) or ModelCall("direct")
+            self._calls.append(call)
+            self._requests.append(list(messages))
+            out = self.function(call, list(messages))
+            if asyncio.iscoroutine(out):
+                out = await out
+            parsed: Any = out
+            error: Exception | None = None
+            if isinstance(out, str):
+                try:
+                    parsed = json.loads(out)
+                except ValueError as exc:
+                    parsed, error = None, exc
+            text = out if isinstance(out, str) else json.dumps(out, default=str)
+            raw = self._result(text).generations[0].message
+            if include_raw:
+                return {"raw": raw, "parsed": parsed, "parsing_error": error}
+            if error is not None:
+                raise error
+            return parsed
+
+        return RunnableLambda(run, name="FunctionModel.structured")
 
     @property
     def calls_made(self) -> list[ModelCall]:

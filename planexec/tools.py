@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import InitErrorDetails
@@ -61,8 +62,12 @@ _HINT_KEYS: dict[str, str] = {
     "idempotentHint": "idempotent",
     "destructive": "destructive",
     "destructiveHint": "destructive",
+    "read_only_hint": "read_only",
+    "idempotent_hint": "idempotent",
+    "destructive_hint": "destructive",
 }
-"""Hint names accepted in mappings: planexec's own and MCP's tool annotations."""
+"""Hint names accepted in mappings: planexec's own and MCP's tool annotations (the
+protocol's camelCase and the snake_case of SDKs that dump annotations by field name)."""
 
 
 class AmbiguousToolError(KeyError):
@@ -376,9 +381,12 @@ class ToolCatalog:
                 ``tool.metadata["planexec"]["server"]``. A marker for a server that
                 could not start (``metadata["planexec"]["unavailable"]`` set to why, as
                 `planexec.mcp.MCPToolset` makes them when not strict) is not a tool: it
-                goes to `unavailable`.
+                goes to `unavailable`. A tool's safety hints are MCP annotations at
+                the top of ``tool.metadata`` (``readOnlyHint``, ``idempotentHint``,
+                ``destructiveHint``, or snake_case, as langchain-mcp-adapters sets
+                them), overridden by those in ``tool.metadata["planexec"]``.
             hints: Safety hints by tool name or qualified name; they override the
-                hints in ``tool.metadata["planexec"]``.
+                hints in ``tool.metadata``.
             unavailable: Servers that could not start, with why (see `unavailable`).
 
         Raises:
@@ -400,7 +408,11 @@ class ToolCatalog:
             if meta.get("unavailable") and server:
                 self.unavailable[server] = str(meta["unavailable"])
                 continue
-            tool_hints = ToolHints.from_mapping(meta)
+            # MCP annotations at the top of ``tool.metadata`` (as langchain-mcp-adapters
+            # puts them), then planexec's own hints, then the explicit ones.
+            tool_hints = ToolHints.from_mapping(tool.metadata).merged(
+                ToolHints.from_mapping(meta)
+            )
             qualified = f"{server}.{tool.name}" if server else tool.name
             for key in (tool.name, qualified):
                 extra = explicit.get(key)
@@ -582,19 +594,27 @@ def load_tools(spec: str) -> list[BaseTool]:
     return tools
 
 
-async def invoke_tool(spec: ToolSpec, args: Mapping[str, Any]) -> Any:
+async def invoke_tool(
+    spec: ToolSpec, args: Mapping[str, Any], config: RunnableConfig | None = None
+) -> Any:
     """Call a tool asynchronously and return what it gives.
 
     A ``content_and_artifact`` tool gives its artifact (its content if it has none).
     Tools that turn their own errors into text (``handle_tool_error``) are called with
     a tool call, so that such an error raises `ToolCallError` instead of passing as
     output. Other exceptions propagate.
+
+    Args:
+        spec: The tool.
+        args: Its arguments.
+        config: The call's ``RunnableConfig`` (callbacks, tags, metadata, run name),
+            given when the run is traced (`planexec.tracing`).
     """
     tool = spec.tool
     artifact = tool.response_format == "content_and_artifact"
     if artifact or tool.handle_tool_error or tool.handle_validation_error:
         call = {"type": "tool_call", "name": tool.name, "args": dict(args), "id": _call_id()}
-        message = await _ainvoke(tool, call)
+        message = await _ainvoke(tool, call, config)
         if isinstance(message, ToolMessage):
             if message.status == "error":
                 raise ToolCallError(str(message.content))
@@ -602,7 +622,7 @@ async def invoke_tool(spec: ToolSpec, args: Mapping[str, Any]) -> Any:
                 return message.artifact
             return message.content
         return message
-    return await _ainvoke(tool, dict(args))
+    return await _ainvoke(tool, dict(args), config)
 
 
 def _call_id() -> str:
@@ -620,10 +640,11 @@ def sync_only(tool: BaseTool) -> bool:
 _NO_ATTR = object()
 
 
-async def _ainvoke(tool: BaseTool, payload: Any) -> Any:
+async def _ainvoke(tool: BaseTool, payload: Any, config: RunnableConfig | None = None) -> Any:
     if sync_only(tool):
-        return await run_in_daemon_thread(functools.partial(tool.invoke, payload), tool.name)
-    return await tool.ainvoke(payload)
+        call = functools.partial(tool.invoke, payload, config)
+        return await run_in_daemon_thread(call, tool.name)
+    return await tool.ainvoke(payload, config)
 
 
 async def run_in_daemon_thread(fn: Callable[[], Any], name: str) -> Any:
@@ -692,13 +713,36 @@ def _text_blocks(content: Any) -> str | None:
     return "".join(texts)
 
 
+def _adapter_artifact(raw: Any) -> Any:
+    """The structured content of a langchain-mcp-adapters output, or `_NO_ATTR`.
+
+    The adapter's tools answer ``(content, {"structured_content": X})`` to a call with
+    plain arguments and put ``{"structured_content": X}`` in a `ToolMessage`'s artifact
+    (its ``MCPToolArtifact``). A pair without an artifact gives its content (text
+    blocks joined).
+    """
+    if isinstance(raw, Mapping) and set(raw) == {"structured_content"}:
+        return raw["structured_content"]
+    if isinstance(raw, tuple) and len(raw) == 2:
+        content, artifact = raw
+        if isinstance(artifact, Mapping) and set(artifact) == {"structured_content"}:
+            return artifact["structured_content"]
+        text = _text_blocks(content)
+        if artifact is None and text is not None:
+            return text
+    return _NO_ATTR
+
+
 def normalize_output(raw: Any) -> tuple[Any, Any]:
     """Return ``(structured, raw)`` for a tool's output.
 
     - dicts, lists and pydantic models keep their structure;
     - a string holding a JSON object or array is parsed (the text is kept as raw);
       other strings (including JSON scalars like ``"42"``) stay strings;
-    - a `ToolMessage` gives its artifact, or else its content (text blocks joined).
+    - a `ToolMessage` gives its artifact, or else its content (text blocks joined);
+    - an MCP artifact as langchain-mcp-adapters makes it, ``{"structured_content": X}``
+      (also inside a ``(content, artifact)`` pair), gives ``X``; a pair without one
+      gives its content.
 
     Raises:
         ToolOutputError: JSON text nested too deeply for the parser.
@@ -712,6 +756,10 @@ def normalize_output(raw: Any) -> tuple[Any, Any]:
         if text is not None:
             content = text
         return normalize_output(content)
+    structured_content = _adapter_artifact(raw)
+    if structured_content is not _NO_ATTR:
+        structured, _ = normalize_output(structured_content)
+        return structured, raw
     if isinstance(raw, str):
         stripped = raw.strip()
         if stripped[:1] in ("{", "["):

@@ -387,7 +387,8 @@ async def test_the_filter_tier_can_be_turned_off() -> None:
     out = await resolve(step({"x": hinted("step_1.find(name='Chiller 9').id")}), spec_of(x=str),
                         filters=False)
     assert isinstance(out, ResolutionFailure)
-    assert "hinted reference {step_1.find(name='Chiller 9').id}) but no model" in out.message
+    assert "hinted reference {step_1.find(name='Chiller 9').id}" in out.message
+    assert "no model is configured" in out.message
 
 
 FIELDS = ("id", "name", "site", "kind")

@@ -3,11 +3,62 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
+from rich.console import Console
+
+from planexec.events import (
+    Event,
+    PlanCreated,
+    RecoveryDecided,
+    RunFinished,
+    RunStarted,
+    StepStarted,
+)
 from planexec.results import StepStatus, jsonable
 
-__all__ = ["STEP_STYLES", "to_json"]
+__all__ = [
+    "DEFAULT_WIDTH",
+    "STEP_STYLES",
+    "PlannerStatus",
+    "console",
+    "terminal_width",
+    "to_json",
+]
+
+DEFAULT_WIDTH = 160
+"""Columns of the commands' tables when no terminal tells (a pipe, a CI log)."""
+
+
+def terminal_width() -> int:
+    """The width the commands draw at: the terminal's, whichever standard stream is one.
+
+    ``COLUMNS`` (when set to a positive number) wins; without a terminal (output piped or
+    captured) it is `DEFAULT_WIDTH`, so a log keeps whole rows rather than rich's 80.
+    """
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for fd in (1, 2, 0):
+        try:
+            width = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if width > 0:
+            return width
+    return DEFAULT_WIDTH
+
+
+def console(*, stderr: bool = False, **kwargs: Any) -> Console:
+    """A rich console for a command's output, as wide as `terminal_width`.
+
+    Args:
+        stderr: Write to standard error instead of standard output.
+        **kwargs: More `rich.console.Console` options (``highlight`` is off by default).
+    """
+    kwargs.setdefault("highlight", False)
+    return Console(stderr=stderr, width=terminal_width(), **kwargs)
 
 
 def to_json(data: Any, **kwargs: Any) -> str:
@@ -28,3 +79,49 @@ STEP_STYLES: dict[StepStatus, str] = {
     StepStatus.CANCELLED: "magenta",
 }
 """The rich style of each step status (statuses not listed have none)."""
+
+
+class PlannerStatus:
+    """An event handler showing a status line on standard error while the planner thinks.
+
+    The line (a rich status with a spinner) appears when a run starts or a re-plan is
+    decided, and goes when the plan arrives (`planexec.events.PlanCreated`), a step
+    starts, or the run ends. Only on a terminal: in a pipe or a log it shows nothing.
+    Call `stop` when the run is over (also after an interruption).
+    """
+
+    def __init__(self, screen: Console | None = None) -> None:
+        """Create the handler.
+
+        Args:
+            screen: Where to draw (standard error, as wide as the terminal, by default).
+        """
+        self.console = screen or console(stderr=True)
+        self._status: Any = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the status line is shown now."""
+        return self._status is not None
+
+    def __call__(self, event: Event) -> None:
+        """Start or stop the status line for one event."""
+        if isinstance(event, RunStarted):
+            self._start("the planner is thinking…")
+        elif isinstance(event, RecoveryDecided) and event.action == "REPLAN":
+            self._start("the planner is thinking again (re-plan)…")
+        elif isinstance(event, PlanCreated | StepStarted | RunFinished):
+            self.stop()
+
+    def _start(self, message: str) -> None:
+        if not self.console.is_terminal:
+            return
+        self.stop()
+        self._status = self.console.status(message)
+        self._status.start()
+
+    def stop(self) -> None:
+        """Remove the status line, if it is shown."""
+        if self._status is not None:
+            self._status.stop()
+            self._status = None

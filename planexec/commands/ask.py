@@ -22,14 +22,15 @@ from rich.markup import escape
 
 from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
-from planexec.commands._display import STEP_STYLES, to_json
+from planexec.commands._display import STEP_STYLES, PlannerStatus, to_json
+from planexec.commands._display import console as display_console
 from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
 from planexec.config import AgentConfig, load_config
 from planexec.events import (
     Event,
-    FallbackUsed,
+    EventHandler,
     PlanCreated,
     RecoveryDecided,
     RunFinished,
@@ -77,7 +78,12 @@ def register(subparsers: Any) -> None:
 
 
 class Progress:
-    """Prints a run's progress, one line per event that matters, as it happens."""
+    """Prints a run's progress, one line per event that matters, as it happens.
+
+    Warnings (`planexec.events.FallbackUsed`: fallbacks, retries, re-prompts) are not
+    shown here: each is logged once, on the CLI's log (`planexec.cli`), with its run
+    and step.
+    """
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -102,8 +108,6 @@ class Progress:
             )
         elif isinstance(event, RecoveryDecided):
             c.print(f"  [bold yellow]↻ {event.action}[/bold yellow] {escape(event.reason)}")
-        elif isinstance(event, FallbackUsed):
-            c.print(f"  [dim]⚠ {escape(event.code)}: {escape(event.message[:160])}[/dim]")
         elif isinstance(event, RunFinished):
             style = "green" if event.status == RunStatus.SUCCEEDED else "red"
             c.print(f"[{style}]run {event.status}[/{style}]")
@@ -114,8 +118,9 @@ def ask_command(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else AgentConfig()
     model = load_model(args.model)
     output_type = load_object(args.output_type) if args.output_type else None
-    console = Console(stderr=True, highlight=False)
-    handlers = [] if args.quiet else [Progress(console)]
+    console = display_console(stderr=True)
+    status = PlannerStatus(console)  # only on a terminal
+    handlers: list[EventHandler] = [] if args.quiet else [Progress(console), status]
     store = store_from_args(args)
     # the tool source is recorded so that `planexec runs resume` can load the same tools
     recording = (
@@ -142,6 +147,7 @@ def ask_command(args: argparse.Namespace) -> int:
         print("planexec: interrupted", file=sys.stderr)
         return 130
     finally:
+        status.stop()
         if store is not None:
             store.close()
     _print_run(run, as_json=args.json)

@@ -13,17 +13,18 @@ import sys
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from planexec._loading import load_object
 from planexec.agent import PlanExecuteAgent
-from planexec.commands._display import to_json
+from planexec.commands._display import PlannerStatus, to_json
+from planexec.commands._display import console as display_console
 from planexec.commands._interrupt import run_interruptible
 from planexec.commands.ask import Progress
 from planexec.commands.runs import add_store_arguments, store_from_args
 from planexec.config import load_config
+from planexec.events import EventHandler
 from planexec.examples import example_path
 from planexec.examples.questions import (
     DEMO_QUESTIONS,
@@ -121,14 +122,15 @@ def demo_command(args: argparse.Namespace) -> int:
         return 2
     chosen = [ALL_QUESTIONS[args.question - 1]] if args.question is not None else ALL_QUESTIONS
     config = load_config(args.config) if args.config else None
-    console = Console(stderr=args.json, highlight=False)
+    console = display_console(stderr=args.json)
     store = store_from_args(args)
     runs: list[Run] = []
     for question in chosen:
         model, source = _model_for(question, spec)
         console.rule(f"[bold]{escape(question['question'])}")
         console.print(f"model: {source}", markup=False)
-        handlers = [] if args.quiet else [Progress(console)]
+        status = PlannerStatus()  # on standard error, only on a terminal
+        handlers: list[EventHandler] = [] if args.quiet else [Progress(console), status]
         agent = PlanExecuteAgent(
             model, demo_tools(), config=config, store=store, event_handlers=handlers
         )
@@ -136,7 +138,10 @@ def demo_command(args: argparse.Namespace) -> int:
         output_type = load_object(str(output_spec)) if output_spec else None
         if output_type is not None:
             console.print(f"typed answer: {output_spec}", markup=False)
-        run = run_interruptible(agent.run(question["question"], output_type=output_type))
+        try:
+            run = run_interruptible(agent.run(question["question"], output_type=output_type))
+        finally:
+            status.stop()
         runs.append(run)
         if not args.json:
             console.print(_table(run))

@@ -158,11 +158,12 @@ def _print_plan(plan: Plan, *, as_json: bool) -> None:
     if as_json:
         print(to_json(plan.to_dict(), ensure_ascii=False, indent=2))
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
+    from planexec.commands._display import console as display_console
+
+    console = display_console()
     steps = Table(title=f"{len(plan.steps)} step(s), dialect {plan.dialect}", expand=False)
     for col in ("#", "server", "tool", "args", "depends on", "args ok"):
         steps.add_column(col, overflow="fold")

@@ -10,12 +10,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from planexec.commands._args import positive_int, read_text_file
+from planexec.commands._display import console as display_console
 from planexec.errors import ConfigError
 
 __all__ = ["register", "regress_command"]
@@ -90,10 +90,8 @@ def regress_command(args: argparse.Namespace) -> int:
     for path in args.paths:  # a named file that cannot be read fails on one line, up front
         if Path(path).is_file():
             read_text_file(path, "scenario file")
-    err = Console(stderr=True)
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=160)  # a CI log: room for the first failing expectation
+    err = display_console(stderr=True)
+    out = display_console()  # no terminal (a CI log): DEFAULT_WIDTH columns
     if args.workers < 1:
         err.print("[red]--workers must be at least 1[/red]")
         return 2

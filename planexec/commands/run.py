@@ -37,15 +37,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import uuid
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from planexec.commands._args import positive_float, positive_int, read_input
 from planexec.commands._display import STEP_STYLES, to_json
+from planexec.commands._display import console as display_console
 from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
@@ -56,7 +55,7 @@ from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
 from planexec.planner import cut_off
-from planexec.results import StepResult, Usage
+from planexec.results import StepResult, Usage, new_run_id
 from planexec.runs import (
     TOOL_SOURCE_KEY,
     execute_recorded,
@@ -173,7 +172,7 @@ def run_command(args: argparse.Namespace) -> int:
     model = load_model(args.model) if args.model else None
     usage = Usage()
     bus = EventBus()
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id()
     store = store_from_args(args)
     if store is not None:
         store.attach(bus)
@@ -226,7 +225,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _print_table(plan: Plan, results: list[StepResult], usage: Usage) -> None:
-    console = Console(highlight=False)
+    console = display_console()
     for d in plan.diagnostics:
         if d.severity is not Severity.INFO:
             style = "red" if d.severity is Severity.ERROR else "yellow"

@@ -3,13 +3,15 @@
 - ``planexec runs list [--status S] [--limit N]``: newest first; ``--status failed`` is
   the dead-letter view, with each run's reason.
 - ``planexec runs show RUN_ID [--json]``: plans (with diagnostics), steps (status,
-  resolution methods, attempts, errors, timings) and calls left without a result.
+  resolution methods, the values the LLM fallback chose, attempts, errors, timings) and
+  calls left without a result.
 - ``planexec runs resume RUN_ID [--rerun-unsafe] [--force] [--tools MODULE:ATTR]
   [--mcp-config FILE] [--model SPEC]``: continue an interrupted run (see
   `planexec.runs`) with the tools it recorded, unless told otherwise.
 - ``planexec runs export RUN_ID``: everything recorded, as one JSON document.
 - ``planexec runs timeline RUN_ID --out FILE.html|FILE.png``: one bar per step on a
-  time axis, coloured by status.
+  time axis, coloured by status; a reused step is a thin ``REUSED`` marker where it was
+  reused (not a second full bar), and each planner call is a ``PLANNER`` bar.
 
 Every subcommand takes ``--store PATH`` (default ``$PLANEXEC_STORE``, else a file in
 the user data directory). `add_store_arguments` and `store_from_args` give ``run`` and
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import html
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -61,8 +64,12 @@ STATUS_COLORS = {
     "SKIPPED": "#0097a7",
     "CANCELLED": "#8e24aa",
     "IN_FLIGHT": "#757575",
+    "REUSED": "#bdbdbd",
+    "PLANNER": "#1565c0",
 }
-"""Bar colour by step status (``IN_FLIGHT``: a call started with no recorded result)."""
+"""Bar colour by step status (``IN_FLIGHT``: a call started with no recorded result;
+``REUSED``: a step whose earlier result was reused, not run again; ``PLANNER``: a call of
+the planner's model)."""
 
 
 # ---------------------------------------------------------------------- store options
@@ -328,6 +335,11 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"{s['status']:<10} {_seconds(s['duration']):>8}  attempts={s['attempts']} "
             f"llm={s['llm_calls']}  args: {res}"
         )
+        args_now = s.get("args") if isinstance(s.get("args"), dict) else {}
+        for arg, method in s["resolution"].items():  # what the LLM fallback chose
+            if method == "llm" and arg in args_now:
+                value = to_json(args_now[arg], ensure_ascii=False)
+                print(f"      {arg} = {snippet(value, 160)}  (chosen by the LLM fallback)")
         for arg, g in (s.get("grounding") or {}).items():  # where filled-in values come from
             where = ", ".join(g.get("paths") or []) or "-"
             missing = f"; found nowhere: {', '.join(g['missing'])}" if g.get("missing") else ""
@@ -402,8 +414,20 @@ def _resume_tool_options(args: argparse.Namespace, record: RunRecord) -> dict[st
             )
         args.tools, args.mcp_config = recorded.get("tools"), recorded.get("mcp_config")
         shown = " ".join(
-            f"--{k.replace('_', '-')} {shlex.quote(v)}" for k, v in recorded.items()
+            f"--{k.replace('_', '-')} {shlex.quote(v)}"
+            for k, v in recorded.items()
+            if k != "tools_path"
         )
+        root = recorded.get("tools_path")
+        if args.tools and root:
+            # import the module from where the run found it, before the current folder
+            cwd = os.getcwd()
+            if cwd not in sys.path:
+                sys.path.insert(0, cwd)
+            if root in sys.path:
+                sys.path.remove(root)
+            sys.path.insert(0, root)
+            shown += f" (imported from {root})"
         print(f"using the run's recorded tools: {shown}", file=sys.stderr)
     return tool_source(args.tools, args.mcp_config)
 
@@ -492,11 +516,18 @@ class TimelineBar:
 
 
 def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[TimelineBar]]:
-    """Return a run's record and one bar per step (latest result of each), in start order.
+    """Return a run's record and its bars, in start order.
+
+    One bar per step (the latest result of each plan version); a step whose earlier
+    result was reused (its note says so) is a ``REUSED`` bar of no length at the time it
+    was reused, since it did not run again; one ``PLANNER`` bar per call of the
+    planner's model (`planexec.events.LLMCalled` with purpose ``plan``).
 
     Raises:
         RunNotFoundError: no such run.
     """
+    from planexec.executor import REUSED_NOTE
+
     record = store.get_run(run_id)
     steps = store.step_results(run_id)
     calls = store.started_calls_without_result(run_id)
@@ -507,6 +538,17 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
     bars: list[TimelineBar] = []
     for s in steps:
         r = s.result
+        if r.note and REUSED_NOTE in r.note:
+            bars.append(
+                TimelineBar(
+                    label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'} (reused)",
+                    start=max(0.0, (s.recorded_at or t0) - t0),
+                    duration=0.0,
+                    status="REUSED",
+                    detail=f"{r.status}, reused: not run again in this plan version",
+                )
+            )
+            continue
         start = (r.started_at if r.started_at is not None else s.recorded_at or t0) - t0
         bars.append(
             TimelineBar(
@@ -525,6 +567,23 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
                 duration=max(0.0, end - c.ts),
                 status="IN_FLIGHT",
                 detail="the call started and no result was recorded",
+            )
+        )
+    planner_calls = [
+        e
+        for e in store.events(run_id)
+        if e.get("type") == "LLMCalled" and e.get("purpose") == "plan"
+    ]
+    for i, e in enumerate(planner_calls, 1):
+        duration = max(0.0, float(e.get("duration") or 0.0))
+        ok = e.get("ok", True)
+        bars.append(
+            TimelineBar(
+                label=f"planner call {i}",
+                start=max(0.0, float(e.get("ts") or t0) - duration - t0),
+                duration=duration,
+                status="PLANNER",
+                detail="" if ok else "the call failed",
             )
         )
     bars.sort(key=lambda b: (b.start, b.label))

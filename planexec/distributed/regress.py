@@ -57,6 +57,7 @@ async def scenario_job(payload: Any, ctx: JobContext) -> Any:
 
     path, record, record_model, log_level = payload
     logger.remove()
+    logger.enable("planexec")  # a worker of the CLI: planexec logs at log_level
     logger.add(lambda msg: print(msg, end=""), level=log_level)
     logger.configure(extra={"run_id": "-", "step_id": "-"})
     try:

@@ -30,7 +30,6 @@ import asyncio
 import inspect
 import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +40,7 @@ from planexec.distributed._ray import ensure_ray, first_line, import_ray, worker
 from planexec.distributed.settings import RayOptions
 from planexec.errors import ConfigError
 from planexec.events import Event, EventHandler, RunFinished, RunStarted, ToolCallStarted
-from planexec.results import Run
+from planexec.results import Run, new_run_id
 
 __all__ = ["UNKNOWN_SAFETY", "JobContext", "RunOutcome", "arun_many", "run_jobs", "run_many"]
 
@@ -445,7 +444,7 @@ class _Driver:
 
 
 def _new_run_id() -> str:
-    return uuid.uuid4().hex[:12]
+    return new_run_id()
 
 
 async def run_jobs(

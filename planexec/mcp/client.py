@@ -37,6 +37,7 @@ import json
 import keyword
 import os
 import re
+import sys
 import tempfile
 import warnings
 from collections.abc import AsyncIterator, Mapping
@@ -176,12 +177,20 @@ class MCPConfig(BaseModel):
         return value
 
 
+_THIS_PYTHON = frozenset({"python", "python3"})
+"""Commands that mean the Python running planexec (see `load_mcp_config`)."""
+
+
 def load_mcp_config(
     path_or_dict: str | os.PathLike[str] | Mapping[str, Any] | MCPConfig,
 ) -> MCPConfig:
     """Read and validate an MCP configuration (a JSON file path or its parsed data).
 
     Unknown keys are rejected. A relative ``cwd`` is made relative to the file's folder.
+    A ``command`` that is exactly ``python`` or ``python3`` is the Python running
+    planexec (``sys.executable``), so a config starting ``python -m some.server`` works
+    from any environment, activated or not, and starts the server with the packages
+    planexec sees; write a path (e.g. ``/usr/bin/python3``) to run another Python.
 
     Raises:
         ConfigError: the file cannot be read, is not JSON, or does not validate.
@@ -208,6 +217,9 @@ def load_mcp_config(
         config = MCPConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"invalid {where}: {exc}") from exc
+    for server in config.servers.values():
+        if isinstance(server, StdioServerConfig) and server.command in _THIS_PYTHON:
+            server.command = sys.executable or server.command
     if base is not None:
         for server in config.servers.values():
             if isinstance(server, StdioServerConfig) and server.cwd:

@@ -36,7 +36,6 @@ import itertools
 import json
 import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any
@@ -46,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planexec._log import logger
 from planexec.errors import ConfigError, PlanexecError, require_extra
-from planexec.results import jsonable
+from planexec.results import jsonable, new_run_id
 
 require_extra("mcp", "mcp")
 
@@ -828,7 +827,7 @@ def build_server(
                 + "\n".join(f"  - {p}" for p in shown)
                 + more
             )
-        run_id = uuid.uuid4().hex[:12]
+        run_id = new_run_id()
         own_runs.add(run_id)
         bus = EventBus()
         _attach_store(store, bus)

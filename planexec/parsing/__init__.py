@@ -1,4 +1,4 @@
-"""Plan text → `planexec.plan.Plan`: three dialects, tolerant JSON, references, checks.
+"""Plan text → `planexec.plan.Plan`: four dialects, tolerant JSON, references, checks.
 
 `parse_plan` is the entry point: it detects the dialect (or takes the one given),
 parses, runs the structural `check_plan` pass (no catalog) and returns a `Plan` whose
@@ -14,6 +14,13 @@ import re
 from planexec.errors import PlanParseError
 from planexec.parsing.checks import CatalogLike, check_plan
 from planexec.parsing.hashstep import DRAFT_POLICIES, parse_hashstep
+from planexec.parsing.jsonplan import (
+    JsonPlan,
+    find_json_plan,
+    looks_like_json_plan,
+    parse_json_plan,
+    plan_schema,
+)
 from planexec.parsing.jsonrepair import RepairResult, repair_json
 from planexec.parsing.llmcompiler import parse_llmcompiler
 from planexec.parsing.refs import contains_placeholder, find_refs, parse_ref
@@ -24,20 +31,24 @@ __all__ = [
     "DIALECTS",
     "DRAFT_POLICIES",
     "CatalogLike",
+    "JsonPlan",
     "RepairResult",
     "check_plan",
     "contains_placeholder",
     "detect_dialect",
+    "find_json_plan",
     "find_refs",
     "parse_hashstep",
+    "parse_json_plan",
     "parse_llmcompiler",
     "parse_plan",
     "parse_ref",
     "parse_rewoo",
+    "plan_schema",
     "repair_json",
 ]
 
-DIALECTS = ("hashstep", "rewoo", "llmcompiler")
+DIALECTS = ("hashstep", "rewoo", "llmcompiler", "json")
 """The plan dialects `parse_plan` reads."""
 
 # The line-anchored patterns below never let a repetition run past the end of a line
@@ -65,16 +76,21 @@ def detect_dialect(text: str) -> str:
 
     The dialect with the most lines of its own shape wins: hashstep field lines
     (``#Task1:``), rewoo assignments (``#E1 = Tool[``), llmcompiler calls
-    (``1. tool(...)``). With none of those, a text with both ``Plan:`` labels and
-    ``#EN`` is rewoo; anything else is hashstep (whose parser then says what the text
-    holds instead of a plan).
+    (``1. tool(...)``). A reply that *is* a JSON plan (it starts with plan-shaped JSON,
+    also after a code fence opener) is json, whatever its strings hold; so is a reply
+    with a plan-shaped JSON value in prose when no other dialect's lines are found (a
+    hashstep plan whose ``#Args`` hold JSON stays hashstep). With none of those, a text
+    with both ``Plan:`` labels and ``#EN`` is rewoo; anything else is hashstep (whose
+    parser then says what the text holds instead of a plan).
 
     Args:
         text: The planner's reply.
 
     Returns:
-        ``"hashstep"``, ``"rewoo"`` or ``"llmcompiler"``.
+        ``"hashstep"``, ``"rewoo"``, ``"llmcompiler"`` or ``"json"``.
     """
+    if looks_like_json_plan(text):
+        return "json"
     scores = {
         "hashstep": len(_HASHSTEP_RE.findall(text)),
         "rewoo": len(_REWOO_RE.findall(text)) * 3,
@@ -83,6 +99,8 @@ def detect_dialect(text: str) -> str:
     best = max(scores, key=lambda k: scores[k])
     if scores[best] > 0:
         return best
+    if find_json_plan(text) is not None:
+        return "json"
     loose = _REWOO_LOOSE_RE.findall(text)
     if any(s.startswith("#E") for s in loose) and any(not s.startswith("#E") for s in loose):
         return "rewoo"
@@ -95,7 +113,7 @@ def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_co
     Args:
         text: The reply, exactly as received.
         dialect: ``"auto"`` (detect with `detect_dialect`), ``"hashstep"``,
-            ``"rewoo"`` or ``"llmcompiler"``.
+            ``"rewoo"``, ``"llmcompiler"`` or ``"json"``.
         draft_policy: For hashstep replies holding several drafts: ``"last_complete"``
             (default), ``"first"`` or ``"last"``.
 
@@ -121,6 +139,8 @@ def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_co
         plan = parse_rewoo(text)
     elif chosen == "llmcompiler":
         plan = parse_llmcompiler(text)
+    elif chosen == "json":
+        plan = parse_json_plan(text)
     else:
         plan = parse_hashstep(text, draft_policy=draft_policy)
     return check_plan(plan)

@@ -27,6 +27,16 @@ way prompts ask for it. The grammar, the draft policy and every diagnostic code 
   ``{}``). A JSON value that is not an object (e.g. the bare string ``"{step_1}"``)
   becomes the step's single *positional* argument, with an ``ARGS_POSITIONAL``
   warning; the resolver binds it to the tool's first parameter.
+- Arguments written inside the ``#Tool`` call (``assets(site_name: "MAIN")``, ``key:
+  value`` or ``key=value``) are read by the call reader the llmcompiler dialect uses
+  (`read_call_args`) and merged with ``#Args``; a key with two different values is an
+  ``ARGS_CONFLICT`` error, unreadable text an ``ARGS_SYNTAX``/``ARGS_TRUNCATED`` error,
+  and a signature echoed instead of values (``sensors(site_name, asset_id)``) a warning.
+- Free-text placeholders (``<chiller_asset_id>``, ``<output from Task5>``) become hinted
+  references (`free_placeholders`): to the step they name, else over the step's declared
+  dependencies, else to `NO_STEP` (a missing reference).
+- Reply cleanup (reasoning, special tokens, boxed answers) is `clean_reply`, shared with
+  the other dialects.
 """
 
 from __future__ import annotations
@@ -40,15 +50,24 @@ from planexec._log import step_log
 from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import (
+    NONE_WORDS,
+    Diagnostics,
+    ToolCall,
+    clean_reply,
+    read_call_args,
+    read_tool,
     ref_malformed_message,
     ref_suffix_message,
     step_number_message,
 )
-from planexec.parsing.jsonrepair import repair_json
+from planexec.parsing.jsonrepair import RepairFailure, repair_json
 from planexec.parsing.refs import (
+    NO_STEP,
     contains_placeholder,
     find_malformed,
     find_refs,
+    free_placeholders,
+    free_step_mention,
     iter_ref_spans,
     path_like_suffixes,
     step_number,
@@ -108,16 +127,10 @@ _INLINE_FIELD_RE = re.compile(
     re.IGNORECASE,
 )
 _FENCE_OPENER_RE = re.compile(r"^(?:```|~~~)\s*[A-Za-z]*\s*$")
-_SPECIAL_TOKEN_RE = re.compile(r"<\|[A-Za-z0-9_]{1,40}\|>")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _SEPARATOR_RE = re.compile(r"^\s*(?:-{3,}|\*{3,}|_{3,}|={3,})\s*$")
 _HEADING_RE = re.compile(r"^\s*(?:#{1,6}\s+\S|\*\*[^*].*\*\*:?\s*$|__[^_].*__:?\s*$)")
-_BOXED_OPEN_RE = re.compile(r"\$?\\boxed\{")
-_BOXED_CLOSE_RE = re.compile(r"\}\s*\$\s*$")
-_REASONING_MARKERS = ("<|channel|>final<|message|>", "assistantfinal", "</think>")
-_NONE_WORDS = {"", "none", "null", "nil", "n/a", "na", "-", "no", "nothing", "(none)", "[]"}
 _DEP_TOKEN_RE = re.compile(r"^#?\s*(?:s|step|task|e|step_)?\s*<?(\d{1,9})>?\.?$", re.IGNORECASE)
-_TOOL_CALL_RE = re.compile(r"^([A-Za-z_][\w.\-]*)\s*\((.*)\)$", re.DOTALL)
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
 _ALWAYS_KEPT = {"REASONING_DROPPED", "DRAFTS_FOUND", "SPECIAL_TOKEN", "BOXED_ANSWER", "CODE_FENCE"}
 
@@ -198,19 +211,20 @@ class _Block:
         return max(f.end_line for f in self.fields)
 
 
-@dataclass
-class _State:
-    diags: list[Diagnostic] = field(default_factory=list)
+class _State(Diagnostics):
+    """The shared collector, logging nothing until a draft is chosen (`parse_hashstep`)."""
 
-    def add(
-        self,
-        line: int | None,
-        severity: Severity,
-        code: str,
-        message: str,
-        step: int | None = None,
-    ) -> None:
-        self.diags.append(Diagnostic(line, severity, code, message, step))
+    def __init__(self) -> None:
+        super().__init__(log=False)
+
+    @property
+    def diags(self) -> list[Diagnostic]:
+        """The diagnostics so far (the collector's `items`)."""
+        return self.items
+
+    @diags.setter
+    def diags(self, value: list[Diagnostic]) -> None:
+        self.items = value
 
 
 _BRACKET_CHARS_RE = re.compile(r'["\\{}\[\]()]')
@@ -269,54 +283,9 @@ def _open_brackets(text: str) -> bool:
 
 
 def _logical_lines(text: str, st: _State) -> list[tuple[int, str]]:
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    raw = text.split("\n")
-    start_line = 0
-    start_col = 0
-    for marker in _REASONING_MARKERS:
-        idx = text.rfind(marker)
-        if idx < 0:
-            continue
-        line_idx = text.count("\n", 0, idx)
-        col = idx - (text.rfind("\n", 0, idx) + 1) + len(marker)
-        if (line_idx, col) > (start_line, start_col):
-            start_line, start_col = line_idx, col
-            st.add(
-                1,
-                Severity.INFO,
-                "REASONING_DROPPED",
-                f"dropped {line_idx + 1} line(s) of leaked reasoning before {marker!r} "
-                f"(line {line_idx + 1}); only the text after it is read",
-            )
-    out: list[tuple[int, str]] = []
-    boxed = False
-    tokens_seen: dict[str, int] = {}
-    for i in range(start_line, len(raw)):
-        line = raw[i][start_col:] if i == start_line else raw[i]
-        lineno = i + 1
-        if "<|" in line:
-            for tok in _SPECIAL_TOKEN_RE.findall(line):
-                tokens_seen.setdefault(tok, lineno)
-            line = _SPECIAL_TOKEN_RE.sub("", line)
-        m = _BOXED_OPEN_RE.search(line)
-        if m:
-            boxed = True
-            st.add(
-                lineno,
-                Severity.INFO,
-                "BOXED_ANSWER",
-                "read the plan inside a $\\boxed{...}$ wrapper",
-            )
-            before, line = line[: m.start()], line[m.end() :]
-            if before.strip():
-                out.append((lineno, before))
-        if boxed and _BOXED_CLOSE_RE.search(line):
-            line = _BOXED_CLOSE_RE.sub("", line)
-            boxed = False
-        out.append((lineno, line))
-    for tok, lineno in tokens_seen.items():
-        st.add(lineno, Severity.INFO, "SPECIAL_TOKEN", f"removed the special token {tok}")
-    return out
+    lines, diags = clean_reply(text)
+    st.diags.extend(diags)
+    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +322,7 @@ def _match_field(text: str) -> _Field | None:
 def _starts_args_value(text: str) -> bool:
     """Whether a line can be the value of an ``#Args`` field left empty on its own line."""
     t = text.strip().lstrip("`").strip()
-    return bool(t) and (t[0] in "{[\"'" or t.lower().rstrip(".") in _NONE_WORDS)
+    return bool(t) and (t[0] in "{[\"'" or t.lower().rstrip(".") in NONE_WORDS)
 
 
 def _next_content(lines: list[tuple[int, str]], start: int) -> str | None:
@@ -695,62 +664,133 @@ def _pick_fields(block: _Block, sid: int, st: _State) -> dict[str, _Field]:
     return chosen
 
 
-def _normalize_tool(
-    value: str, server: str | None, line: int, sid: int, st: _State
-) -> tuple[str | None, str | None]:
-    raw = value.strip().strip("`*\"' ").strip()
-    if raw.lower() in _NONE_WORDS:
-        if not raw:
-            st.add(
-                line,
-                Severity.WARNING,
-                "TOOL_EMPTY",
-                f"#Tool of step {sid} is empty; read as a reasoning step (no tool)",
-                sid,
-            )
-        return None, server
-    name = raw
-    m = _TOOL_CALL_RE.match(raw)
-    if m:
-        name = m.group(1)
-        inside = m.group(2).strip()
-        extra = f"; ignored {inside!r} written inside the parentheses" if inside else ""
-        st.add(
-            line,
-            Severity.WARNING if inside else Severity.INFO,
-            "TOOL_NAME_NORMALIZED",
-            f"read the tool {raw!r} as {name!r}{extra}",
-            sid,
-        )
-    if "." in name and not name.startswith(".") and not name.endswith("."):
-        prefix, tool = name.rsplit(".", 1)
-        if server is None:
-            note = f"server {prefix!r}, tool {tool!r}"
-            server = prefix
-        else:
-            note = f"tool {tool!r} (kept the server {server!r} from #Agent/#Server)"
-        st.add(
-            line,
-            Severity.INFO,
-            "TOOL_NAME_NORMALIZED",
-            f"read the tool {name!r} as {note}",
-            sid,
-        )
-        name = tool
-    if not _TOOL_NAME_RE.match(name):
-        st.add(
-            line,
-            Severity.WARNING,
-            "TOOL_NAME_UNUSUAL",
-            f"the tool name {name!r} of step {sid} does not look like an identifier",
-            sid,
-        )
-    return name, server
+_TYPE_WORD = (
+    r"(?:str|string|text|int|integer|float|number|double|bool|boolean|any|list|dict|"
+    r"object|array|tuple|datetime|date|time|json|mapping|sequence)"
+)
+_TYPE_RE = (
+    r"(?:optional\s*\[[^\]]*\]|" + _TYPE_WORD + r"(?:\s*\[[^\]]*\])?\s*\??"
+    r"(?:\s*\|\s*(?:" + _TYPE_WORD + r"|none|null)\s*\??)*)"
+)
+_ECHO_RE = re.compile(r"^\s*[A-Za-z_]\w*\s*\??\s*(?:[:=]\s*" + _TYPE_RE + r")?\s*$", re.I)
+
+
+def _split_items(text: str) -> list[str] | None:
+    """Split call arguments at top-level commas; None when quotes or brackets do not close."""
+    items: list[str] = []
+    depth = 0
+    quote = ""
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+        i += 1
+    if quote or depth:
+        return None
+    items.append(text[start:])
+    return items
+
+
+def _inline_args(
+    call: ToolCall, *, truncated: bool, sid: int, st: _State, deps: tuple[int, ...]
+) -> tuple[dict[str, Any], tuple[Any, ...], bool]:
+    """Read the arguments written inside the ``#Tool`` call: ``(args, positional, valid)``."""
+    line = call.line
+    shown = snippet(call.text.strip(), 60)
+    if not call.closed:
+        code = "ARGS_TRUNCATED" if truncated else "ARGS_SYNTAX"
+        cut = " (the reply ends there)" if truncated else ""
+        st.add(line, Severity.ERROR, code,
+               f"the call in #Tool of step {sid} has no closing ')'{cut}: {shown!r}; its "
+               "arguments cannot be read and the step must not run as written", sid)
+        return {}, (), False
+    items = _split_items(call.text)
+    text = call.text
+    if items is not None:
+        echo = [it.strip() for it in items if it.strip() and _ECHO_RE.match(it)]
+        if echo:
+            st.add(line, Severity.WARNING, "TOOL_NAME_NORMALIZED",
+                   f"#Tool of step {sid} only names parameters inside the parentheses "
+                   f"({snippet(', '.join(echo), 60)!r}): a signature, no values; no argument "
+                   "read from it", sid)
+            text = ",".join(it for it in items if not _ECHO_RE.match(it))
+            if not text.strip().strip(","):
+                return {}, (), True
+    try:
+        read = read_call_args(text, dialect="hashstep")
+    except RepairFailure as fail:
+        code = "ARGS_TRUNCATED" if fail.truncated and truncated else "ARGS_SYNTAX"
+        st.add(line, Severity.ERROR, code,
+               f"the arguments in #Tool of step {sid} are not readable: {fail.message} "
+               f"(in {shown!r}); the step must not run as written", sid)
+        return {}, (), False
+    for rep in read.repairs:
+        if rep.startswith("unquoted placeholder"):
+            continue  # placeholders need no quotes in a call; references report them
+        st.add(line, Severity.WARNING, "ARGS_REPAIRED",
+               f"arguments in #Tool of step {sid}: repaired {rep}", sid)
+    for prob in read.problems:
+        st.add(line, Severity.WARNING, "ARGS_POSITIONAL",
+               f"#Tool of step {sid}: {prob}", sid)
+    if read.positional:
+        st.add(line, Severity.WARNING, "ARGS_POSITIONAL",
+               f"the call in #Tool of step {sid} passes {len(read.positional)} positional "
+               "argument(s); bound to the tool's first parameters in order", sid)
+    found = find_refs(read.kwargs, dialect="hashstep", location="args")
+    args = dict(found) if isinstance(found, dict) else {}
+    positional = tuple(
+        find_refs(v, dialect="hashstep", location=f"positional[{i}]")
+        for i, v in enumerate(read.positional)
+    )
+    raw_value: Any = read.kwargs
+    if read.positional:
+        raw_value = [read.kwargs, *read.positional]
+    return _check_args(args, positional, raw_value, line=line, sid=sid, st=st, deps=deps,
+                       what="the call in #Tool")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two argument values say the same (references compared by their text)."""
+    return bool(_canon(a) == _canon(b))
+
+
+def _canon(v: Any) -> Any:
+    if isinstance(v, Ref):
+        return ("ref", v.step, v.path, v.hint)
+    if isinstance(v, Template):
+        return ("tmpl", v.canonical)
+    if isinstance(v, dict):
+        return {k: _canon(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_canon(x) for x in v]
+    return v
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, Ref | Template):
+        return v.canonical
+    return repr(v)
 
 
 def _parse_deps(value: str, line: int, sid: int, st: _State) -> tuple[int, ...]:
     cleaned = value.replace("*", " ").replace("`", " ").strip()
-    if cleaned.lower().rstrip(".") in _NONE_WORDS:
+    if cleaned.lower().rstrip(".") in NONE_WORDS:
         return ()
     deps: set[int] = set()
     bad: list[str] = []
@@ -798,6 +838,7 @@ def _parse_args(
     truncated: bool,
     sid: int,
     st: _State,
+    deps: tuple[int, ...] = (),
 ) -> tuple[dict[str, Any], tuple[Any, ...], bool, str | None]:
     """Return (args, positional, args_valid, args_text) for one step."""
     if fld is None:
@@ -872,7 +913,108 @@ def _parse_args(
             "bound as the single positional argument (the tool's first parameter)",
             sid,
         )
-    for path, s in _walk_strings(args if not positional else positional[0], "args"):
+    args, positional, valid = _check_args(
+        args, positional, value, line=line, sid=sid, st=st, deps=deps, what="#Args"
+    )
+    return args, positional, valid, text
+
+
+def _check_args(
+    args: dict[str, Any],
+    positional: tuple[Any, ...],
+    value: Any,
+    *,
+    line: int,
+    sid: int,
+    st: _State,
+    deps: tuple[int, ...],
+    what: str,
+) -> tuple[dict[str, Any], tuple[Any, ...], bool]:
+    """Bind free-text placeholders and report what the arguments hold that is no value.
+
+    Args:
+        args: the keyword arguments, after `find_refs`.
+        positional: the positional arguments, after `find_refs`.
+        value: the arguments as read (before `find_refs`), for their dict keys.
+        line: the line the arguments are on.
+        sid: the step.
+        st: where diagnostics go.
+        deps: the step's declared dependencies (for free-text placeholders).
+        what: where the arguments were written (``"#Args"``, ``"the #Tool call"``).
+
+    Returns:
+        ``(args, positional, args_valid)``.
+    """
+    bound, free = free_placeholders(args, deps, location="args")
+    args = dict(bound) if isinstance(bound, dict) else args
+    if positional:
+        pbound, pfree = free_placeholders(list(positional), deps, location="positional")
+        positional = tuple(pbound)
+        free += pfree
+    for ref in free:
+        if ref.step == NO_STEP:
+            how = (f"names no step and step {sid} declares no dependency, so it is a missing "
+                   "reference: the step fails unless the plan is fixed")
+        elif free_step_mention(ref.hint or "") is not None:
+            how = f"names step {ref.step}: a hinted reference to it"
+        else:
+            how = (f"names no step: a hinted reference over the declared dependencies "
+                   f"({', '.join(map(str, deps))})")
+        st.add(
+            line,
+            Severity.WARNING,
+            "REF_HINTED",
+            f"{ref.location} of step {sid} holds the free-text placeholder {ref.raw!r}, which "
+            f"{how}{'' if ref.step == NO_STEP else '; only the LLM fallback can resolve it'} "
+            "(never passed to a tool as text)",
+            sid,
+        )
+    for ref in iter_refs([args, list(positional)]):
+        if ref.is_hinted and all(ref is not f for f in free):
+            st.add(
+                line,
+                Severity.WARNING,
+                "REF_HINTED",
+                f"{ref.location} of step {sid} ({ref.raw}) names step {ref.step} with words "
+                "the grammar cannot follow; only the LLM fallback can resolve it",
+                sid,
+            )
+    targets: list[tuple[Any, str, str]] = []  # (value, location, path shown)
+    if args or not positional:
+        targets.append((args, "args", "args"))
+    for i, p in enumerate(positional):
+        shown = "args" if len(positional) == 1 else f"positional[{i}]"
+        targets.append((p, f"positional[{i}]", shown))
+    for target, loc, shown in targets:
+        _check_target(target, loc, shown, line=line, sid=sid, st=st)
+    bad_keys = list(_keys_with_refs(value, "args"))
+    if bad_keys:
+        where = "; ".join(f"{path} key {key!r}" for path, key, _ in bad_keys[:5])
+        if any(is_ref for _, _, is_ref in bad_keys):
+            st.add(
+                line,
+                Severity.ERROR,
+                "REF_IN_KEY",
+                f"{what} of step {sid} has a reference in a dict key ({where}); keys are "
+                "never resolved, so the tool would get the placeholder as a key; the step "
+                "must not run as written",
+                sid,
+            )
+            return args, positional, False
+        st.add(
+            line,
+            Severity.WARNING,
+            "PLACEHOLDER_UNRECOGNIZED",
+            f"{what} of step {sid} has a placeholder-looking dict key ({where}); the "
+            "executor will refuse to pass it to a tool",
+            sid,
+        )
+    return args, positional, True
+
+
+def _check_target(target: Any, loc: str, shown: str, *, line: int, sid: int, st: _State) -> None:
+    """Report placeholder-like text, malformed, suffixed and nested references in one value."""
+    for path, s in _walk_strings(target, shown):
         if contains_placeholder(s):
             st.add(
                 line,
@@ -884,16 +1026,16 @@ def _parse_args(
                 sid,
             )
     for where, excerpt in find_malformed(
-        args if not positional else positional[0],
+        target,
         dialect="hashstep",
-        location="args" if not positional else "positional[0]",
+        location=loc,
     ):
         st.add(line, Severity.WARNING, "REF_MALFORMED", ref_malformed_message(where, excerpt, sid),
                sid)
-    for ref, suffix in path_like_suffixes(args if not positional else positional[0]):
+    for ref, suffix in path_like_suffixes(target):
         st.add(line, Severity.WARNING, "REF_SUFFIX_TEXT", ref_suffix_message(ref, suffix, sid),
                sid)
-    for path, tmpl, ref in _nested_refs(args if not positional else positional[0], "args"):
+    for path, tmpl, ref in _nested_refs(target, shown):
         st.add(
             line,
             Severity.WARNING,
@@ -903,29 +1045,48 @@ def _parse_args(
             "so the outer one cannot be read: only the LLM fallback can resolve it",
             sid,
         )
-    bad_keys = list(_keys_with_refs(value, "args"))
-    if bad_keys:
-        where = "; ".join(f"{path} key {key!r}" for path, key, _ in bad_keys[:5])
-        if any(is_ref for _, _, is_ref in bad_keys):
-            st.add(
-                line,
-                Severity.ERROR,
-                "REF_IN_KEY",
-                f"#Args of step {sid} has a reference in a dict key ({where}); keys are "
-                "never resolved, so the tool would get the placeholder as a key; the step "
-                "must not run as written",
-                sid,
+
+
+def _merge_inline(
+    call: ToolCall,
+    written: tuple[dict[str, Any], tuple[Any, ...], bool, str | None],
+    *,
+    has_args: bool,
+    truncated: bool,
+    sid: int,
+    st: _State,
+    deps: tuple[int, ...],
+) -> tuple[dict[str, Any], tuple[Any, ...], bool, str | None]:
+    """Merge the arguments of the ``#Tool`` call with those of ``#Args``.
+
+    A key given in both with different values is an ``ARGS_CONFLICT`` error naming both
+    (the step's arguments become invalid; neither is picked); the same value twice is
+    fine. Positional arguments in both are a conflict unless they are equal.
+    """
+    args, positional, valid, args_text = written
+    i_args, i_pos, i_valid = _inline_args(call, truncated=truncated, sid=sid, st=st, deps=deps)
+    merged = dict(args)
+    conflicts: list[str] = []
+    for key, value in i_args.items():
+        if key in merged and not _same(merged[key], value):
+            conflicts.append(f"{key!r}: {_shown(value)} in #Tool, {_shown(merged[key])} in #Args")
+        elif key not in merged:
+            merged[key] = value
+    pos = positional
+    if i_pos:
+        if positional and not _same(list(positional), list(i_pos)):
+            conflicts.append(
+                f"positional arguments: {', '.join(map(_shown, i_pos))} in #Tool, "
+                f"{', '.join(map(_shown, positional))} in #Args"
             )
-            return args, positional, False, text
-        st.add(
-            line,
-            Severity.WARNING,
-            "PLACEHOLDER_UNRECOGNIZED",
-            f"#Args of step {sid} has a placeholder-looking dict key ({where}); the "
-            "executor will refuse to pass it to a tool",
-            sid,
-        )
-    return args, positional, True, text
+        pos = positional or i_pos
+    if conflicts:
+        st.add(call.line, Severity.ERROR, "ARGS_CONFLICT",
+               f"step {sid} gives different values in its #Tool call and in #Args: "
+               f"{snippet('; '.join(conflicts), 200)}; neither is picked, the step must not "
+               "run as written", sid)
+    text = call.text if not has_args else f"{args_text or ''}\n#Tool({call.text})"
+    return merged, pos, valid and i_valid and not conflicts, text
 
 
 def _has_literal(*values: Any) -> bool:
@@ -997,7 +1158,7 @@ def _build_step(block: _Block, st: _State) -> Step | None:
     server: str | None = None
     if server_f is not None:
         sv = server_f.value.strip().strip("`*\"' ")
-        server = None if sv.lower() in _NONE_WORDS else sv
+        server = None if sv.lower() in NONE_WORDS else sv
     present = set(fields)
     if block.truncated and present == {"task"} and not task:
         st.add(
@@ -1010,16 +1171,25 @@ def _build_step(block: _Block, st: _State) -> Step | None:
         )
         return None
     tool: str | None = None
+    call: ToolCall | None = None
     tool_f = fields.get("tool")
     if tool_f is not None:
-        tool, server = _normalize_tool(tool_f.value, server, tool_f.line, sid, st)
-    args, positional, valid, args_text = _parse_args(
-        fields.get("args"), tool=tool, truncated=block.truncated, sid=sid, st=st
-    )
+        got = read_tool(tool_f.value, line=tool_f.line, step=sid, diags=st, server=server,
+                        calls=True, empty_warning=True)
+        tool, server, call = got.tool, got.server, got.call
     explicit: tuple[int, ...] = ()
     deps_f = fields.get("deps")
     if deps_f is not None:
         explicit = _parse_deps(deps_f.value, deps_f.line, sid, st)
+    args, positional, valid, args_text = _parse_args(
+        fields.get("args"), tool=tool, truncated=block.truncated, sid=sid, st=st,
+        deps=explicit,
+    )
+    if call is not None:
+        args, positional, valid, args_text = _merge_inline(
+            call, (args, positional, valid, args_text), has_args=fields.get("args") is not None,
+            truncated=block.truncated, sid=sid, st=st, deps=explicit,
+        )
     expected_f = fields.get("expected")
     expected = expected_f.value if expected_f else None
     if block.truncated and valid:

@@ -268,7 +268,15 @@ class JSONReader:
                     if len(hexa) < 4 and self.pos + 2 + len(hexa) >= n:
                         raise RepairFailure("the text ends inside an escape", truncated=True)
                     if re.fullmatch(r"[0-9a-fA-F]{4}", hexa):
-                        out.append(chr(int(hexa, 16)))
+                        code = int(hexa, 16)
+                        low = t[self.pos + 6 : self.pos + 12]
+                        if (
+                            0xD800 <= code < 0xDC00
+                            and re.fullmatch(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}", low)
+                        ):  # a surrogate pair, as JSON writes a character beyond U+FFFF
+                            code = 0x10000 + ((code - 0xD800) << 10) + (int(low[2:], 16) - 0xDC00)
+                            self.pos += 6
+                        out.append(chr(code))
                         self.pos += 6
                         continue
                     self._repair("invalid escape")

@@ -37,13 +37,16 @@ from typing import Any
 from planexec.errors import PlanParseError
 from planexec.parsing._common import (
     Diagnostics,
+    call_end,
+    clean_lines,
     describe_text,
     normalize_tool,
+    read_call_args,
     snippet,
     step_number_message,
 )
-from planexec.parsing.jsonrepair import JSONReader, RepairFailure, closing_bracket
-from planexec.parsing.refs import find_refs, ref_at, step_number
+from planexec.parsing.jsonrepair import RepairFailure
+from planexec.parsing.refs import find_refs, step_number
 from planexec.plan import Plan, Severity, Step, iter_refs
 
 __all__ = ["parse_llmcompiler"]
@@ -52,66 +55,13 @@ _NUMBERED_RE = re.compile(r"^\s*(?:[-*]\s+)?(?:\*\*)?(\d+)\s*[.):]\s*(?:\*\*)?\s
 _CALL_RE = re.compile(r"([A-Za-z_][\w.\-]*)\s*\(")
 _THOUGHT_RE = re.compile(r"^\s*(?:\*\*)?thought\s*(?:\*\*)?\s*:\s*(.*)$", re.I)
 _END = "<END_OF_PLAN>"
-_KW_RE = re.compile(r"([A-Za-z_]\w*)\s*=(?!=)")
-
-
-def _call_end(text: str, start: int) -> int | None:
-    """Index of the ``)`` closing a call whose ``(`` is just before ``start``."""
-    return closing_bracket(text, start, depth=1, quotes="\"'", opens="([{", closes=")]}")
-
-
-class _CallReader(JSONReader):
-    """`JSONReader` that also takes an unquoted reference with a path (``$1.asset_id``)."""
-
-    def value(self) -> Any:
-        self.skip_ws()
-        if not self.at_end() and self.text[self.pos] == "$":
-            got = ref_at(self.text, self.pos, "llmcompiler")
-            if got is not None:
-                start, self.pos = self.pos, got[1]
-                return self.text[start : self.pos]
-        return super().value()
-
-
-def _read_args(text: str) -> tuple[list[Any], dict[str, Any], list[str], list[str]]:
-    """Read call arguments: (positional, keyword, repairs, problems).
-
-    Raises:
-        RepairFailure: the arguments cannot be read.
-    """
-    r = _CallReader(text, python=True)
-    positional: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    problems: list[str] = []
-    while True:
-        r.skip_ws()
-        if r.at_end():
-            break
-        m = _KW_RE.match(text, r.pos)
-        if m is not None:
-            r.pos = m.end()
-            key = m.group(1)
-            if key in kwargs:
-                raise RepairFailure(f"the keyword argument {key!r} is given twice")
-            kwargs[key] = r.value()
-        else:
-            if kwargs:
-                problems.append("a positional argument follows a keyword argument")
-            positional.append(r.value())
-        r.skip_ws()
-        if r.at_end():
-            break
-        if text[r.pos] != ",":
-            raise RepairFailure(f"expected ',' {r.where()}, found {text[r.pos]!r}")
-        r.pos += 1
-    return positional, kwargs, r.repairs, problems
 
 
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
-        self.lines = text.splitlines()
         self.diags = Diagnostics()
+        self.lines = clean_lines(text, self.diags)  # reasoning, special tokens, boxed
         self.steps: list[Step] = []
         self.seen: set[int] = set()
         self.thoughts: list[str] = []
@@ -195,7 +145,7 @@ class _Parser:
         # gather continuation lines until the call's parentheses close
         chunk = body
         used = 1
-        end = _call_end(chunk, c.end())
+        end = call_end(chunk, c.end())
         while end is None and not self.ended and lineno - 1 + used < len(self.lines):
             nxt = self.lines[lineno - 1 + used]
             if _NUMBERED_RE.match(nxt) or _THOUGHT_RE.match(nxt):
@@ -208,7 +158,7 @@ class _Parser:
                                    f"ignored text after {_END}: {snippet(after, 50)!r}")
             chunk += "\n" + nxt
             used += 1
-            end = _call_end(chunk, c.end())
+            end = call_end(chunk, c.end())
         at_end = lineno - 1 + used >= len(self.lines)
         self._call(sid, c, chunk, end, lineno, lineno + used - 1, at_end)
         return used
@@ -259,7 +209,7 @@ class _Parser:
                                f"ignored text after the call of step {sid}: "
                                f"{snippet(chunk[end + 1:], 40)!r}", sid)
             try:
-                positional, kwargs, repairs, problems = _read_args(chunk[c.end() : end])
+                read = read_call_args(chunk[c.end() : end], dialect="llmcompiler")
             except RepairFailure as fail:
                 valid = False
                 self.diags.add(first, Severity.ERROR, "ARGS_SYNTAX",
@@ -267,10 +217,11 @@ class _Parser:
                                f"(in {snippet(chunk[c.end():end], 50)!r}); the step must not "
                                "run as written", sid)
             else:
-                for rep in repairs:
+                positional, kwargs = read.positional, read.kwargs
+                for rep in read.repairs:
                     self.diags.add(first, Severity.WARNING, "ARGS_REPAIRED",
                                    f"arguments of step {sid}: repaired {rep}", sid)
-                for prob in problems:
+                for prob in read.problems:
                     self.diags.add(first, Severity.WARNING, "LLMC_POSITIONAL_AFTER_KEYWORD",
                                    f"step {sid}: {prob}", sid)
         pos_values = tuple(

@@ -37,6 +37,10 @@ Text that *begins* like a reference but is not one (``"<step_1.id"``, ``"{{step_
 the parsers report it with ``REF_MALFORMED`` and the executor refuses to pass it to a tool
 unless the argument's schema marks it as free text (`is_free_text`).
 
+*Free-text placeholders* (``<chiller_asset_id>``, ``<output from Task5>``,
+``{the asset id}``) are no reference of this grammar; `free_placeholders` turns them into
+hinted references for the hashstep parser (see its docstring for the grammar).
+
 A string that is exactly one reference (surrounding whitespace ignored) becomes a
 whole-value `Ref`; a string with references inside longer text becomes a `Template`.
 Nothing in a reference is ever evaluated.
@@ -54,9 +58,13 @@ from planexec.plan import PathElem, Ref, Template, format_path
 __all__ = [
     "DIALECTS",
     "FREE_TEXT_KEY",
+    "NO_STEP",
     "contains_placeholder",
     "find_malformed",
     "find_refs",
+    "free_placeholders",
+    "free_step_mention",
+    "is_free_placeholder",
     "ident_ref",
     "is_free_text",
     "iter_ref_spans",
@@ -439,6 +447,167 @@ def find_refs(value: Any, *, dialect: str = "hashstep", location: str = "args") 
             for i, v in enumerate(value)
         )
     return value
+
+
+NO_STEP = -1
+"""The step of a free-text placeholder that names no step in a step with no dependency.
+
+No plan step has it (step numbers are written with digits only), so the reference is a
+missing one:
+`check_plan` reports ``REF_MISSING`` and the executor fails the step with
+``MISSING_REFERENCE``; the tool is never called with the placeholder.
+"""
+
+_FREE_INNER = r"[A-Za-z][\w .,'#\-]{0,198}"
+_FREE_ANGLE_RE = re.compile(r"<(" + _FREE_INNER + r")>")
+_FREE_WHOLE_RE = re.compile(
+    r"^\s*(?:<(" + _FREE_INNER + r")>|\{\{?\s*(" + _FREE_INNER + r")\s*\}\}?)\s*$"
+)
+_FREE_MENTION_RE = re.compile(r"(?<![A-Za-z])(?:task|step|#s)[ _#]?(\d{1,9})(?!\d)", re.I)
+_FREE_NOT_RE = re.compile(r"^step[_ ]?\d", re.I)
+_HTML_TAGS = frozenset(
+    "a abbr b blockquote body br caption code dd div dl dt em font h1 h2 h3 h4 h5 h6 head "
+    "hr html i img kbd li ol p pre q s small span strong sub sup table tbody td th thead "
+    "title tr tt u ul".split()
+)
+
+
+def free_step_mention(text: str) -> int | None:
+    """The step a free-text placeholder's words name (``Task5``, ``step 2``, ``#S3``), if any.
+
+    Args:
+        text: the words of the placeholder.
+
+    Returns:
+        The first step named, or None.
+    """
+    m = _FREE_MENTION_RE.search(text)
+    return int(m.group(1)) if m is not None else None
+
+
+def _free_ref(raw: str, inner: str, deps: tuple[int, ...], whole: bool, location: str) -> Ref:
+    hint = inner.strip()
+    named = free_step_mention(hint)
+    step = named if named is not None else (deps[0] if deps else NO_STEP)
+    return Ref(step=step, hint=hint, raw=raw, whole_value=whole, location=location)
+
+
+def _free_in_text(text: str, deps: tuple[int, ...], location: str) -> list[str | Ref]:
+    """Split ``text`` around embedded free-text placeholders (``<chiller asset id>``)."""
+    parts: list[str | Ref] = []
+    pos = 0
+    for m in _FREE_ANGLE_RE.finditer(text):
+        inner = m.group(1)
+        before = text[m.start() - 1] if m.start() else " "
+        after = text[m.end()] if m.end() < len(text) else " "
+        if (
+            inner != inner.strip()
+            or not ("_" in inner or " " in inner)
+            or before.isalnum()
+            or after.isalnum()
+            or _FREE_NOT_RE.match(inner)
+        ):
+            continue
+        if m.start() > pos:
+            parts.append(text[pos : m.start()])
+        parts.append(_free_ref(m.group(0), inner, deps, False, location))
+        pos = m.end()
+    if pos < len(text):
+        parts.append(text[pos:])
+    return parts
+
+
+def free_placeholders(
+    value: Any, deps: tuple[int, ...] = (), *, location: str = "args"
+) -> tuple[Any, list[Ref]]:
+    """Turn free-text placeholders in a `find_refs` result into hinted references.
+
+    Planners write placeholders in words: ``<chiller_asset_id>``, ``<output from Task5>``,
+    ``{the asset id}``. Such text is never a value for a tool. The grammar (applied to
+    strings the reference grammar left as text):
+
+    - a **whole** string ``<words>``, ``{words}`` or ``{{words}}``: ``words`` starts with
+      a letter and holds only letters, digits, ``_``, spaces, ``.``, ``,``, ``'``, ``#``,
+      ``-`` (at most 199 characters; no quotes, brackets, ``=`` or ``/``, so no HTML),
+      and is not an HTML tag name (``"<br>"``, ``"<b>"`` stay text);
+    - **inside longer text** only the angle form, and only when the words contain ``_``
+      or a space, start and end right inside the brackets, and the brackets are not
+      glued to a letter or digit outside: ``"id of <chiller asset id>"`` is one;
+      ``"a <b> tag"``, ``"a < b"``, ``"x<y and z>w"`` and ``"</b>"`` are ordinary text.
+      Braces inside longer text (``"Hello {name}"``) are left alone (still caught by
+      `contains_placeholder`).
+
+    Text that begins like a plain reference (``<step_1234567890>``) is left to
+    `malformed_refs`. The resulting `Ref` is hinted (``hint`` = the words, ``raw`` = the
+    text): when the words name a step (``Task5``, ``step 2``, ``#S3``) it refers to that
+    step; otherwise to the first of ``deps`` (the step's declared dependencies, all of
+    which the resolver shows the LLM fallback), or to `NO_STEP` when there is none.
+
+    Args:
+        value: a `find_refs` result.
+        deps: the step's declared dependencies, in order.
+        location: where ``value`` sits (``"args"``, ``"positional[0]"``).
+
+    Returns:
+        ``(value, refs)``: the value with the placeholders replaced, and the new refs.
+    """
+    found: list[Ref] = []
+
+    def walk(v: Any, loc: str) -> Any:
+        if isinstance(v, Ref):
+            return v
+        if isinstance(v, str):
+            w = _FREE_WHOLE_RE.match(v)
+            inner = (w.group(1) or w.group(2)) if w is not None else None
+            if (
+                inner is not None
+                and not _FREE_NOT_RE.match(inner)
+                and inner.strip().lower() not in _HTML_TAGS
+            ):
+                ref = _free_ref(v.strip(), inner, deps, True, loc)
+                found.append(ref)
+                return ref
+            parts = _free_in_text(v, deps, loc)
+            if any(isinstance(p, Ref) for p in parts):
+                found.extend(p for p in parts if isinstance(p, Ref))
+                return Template(tuple(parts))
+            return v
+        if isinstance(v, Template):
+            new: list[str | Ref] = []
+            for part in v.parts:
+                if isinstance(part, str):
+                    split = _free_in_text(part, deps, loc)
+                    found.extend(p for p in split if isinstance(p, Ref))
+                    new.extend(split)
+                else:
+                    new.append(part)
+            return Template(tuple(new))
+        if isinstance(v, Mapping):
+            return {k: walk(x, _child(loc, k)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x, f"{loc}[{i}]") for i, x in enumerate(v)]
+        if isinstance(v, tuple):
+            return tuple(walk(x, f"{loc}[{i}]") for i, x in enumerate(v))
+        return v
+
+    return walk(value, location), found
+
+
+def is_free_placeholder(ref: Ref) -> bool:
+    """Whether a hinted `Ref` came from a free-text placeholder (see `free_placeholders`).
+
+    True for ``<chiller_asset_id>`` or ``<output from Task5>``: text the reference grammar
+    (plain, hinted, identifier forms) does not read by itself.
+
+    Args:
+        ref: any reference.
+
+    Returns:
+        True when ``ref`` is hinted and its raw text is no reference of the grammar.
+    """
+    if not ref.is_hinted or not ref.raw:
+        return False
+    return not any(parse_ref(ref.raw, d) for d in DIALECTS) and ident_ref(ref.raw) is None
 
 
 def path_like_suffixes(value: Any) -> list[tuple[Ref, str]]:

@@ -29,6 +29,7 @@ import re
 from planexec.errors import PlanParseError
 from planexec.parsing._common import (
     Diagnostics,
+    clean_lines,
     describe_text,
     normalize_tool,
     snippet,
@@ -115,8 +116,8 @@ def _unquote(text: str) -> str | None:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
-        self.lines = text.splitlines()
         self.diags = Diagnostics()
+        self.lines = clean_lines(text, self.diags)  # reasoning, special tokens, boxed
         self.steps: list[Step] = []
         self.seen: set[int] = set()
         self.pending: list[str] | None = None

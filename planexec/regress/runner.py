@@ -587,6 +587,7 @@ def _init_worker(log_level: str) -> None:
     from loguru import logger
 
     logger.remove()
+    logger.enable("planexec")  # a worker of the CLI: planexec logs at log_level
     logger.add(sys.stderr, level=log_level)
     logger.configure(extra={"run_id": "-", "step_id": "-"})
 

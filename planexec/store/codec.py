@@ -202,10 +202,13 @@ def event_to_json(event: Event) -> dict[str, Any]:
     """Encode any event as ``{"type": ..., <fields>...}``.
 
     Plans and step results use the faithful encodings above; everything else goes
-    through `planexec.results.jsonable`, so events added later are recorded too.
+    through `planexec.results.jsonable`, so events added later are recorded too. Fields
+    marked ``metadata={"record": False}`` (`RunFinished.run`) are left out.
     """
     data: dict[str, Any] = {"type": event.type}
     for f in dataclasses.fields(event):
+        if f.metadata.get("record", True) is False:
+            continue
         value = getattr(event, f.name)
         if isinstance(value, Plan):
             data[f.name] = plan_to_json(value)

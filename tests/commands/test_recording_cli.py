@@ -104,7 +104,7 @@ def test_run_records_the_plan_and_each_step_in_the_store_it_is_given(
         assert AgentConfig.model_validate(
             {k: v for k, v in record.config.items() if k != "tool_source"}
         ) == AgentConfig()
-        assert record.config["tool_source"] == {"tools": "rec_cli_tools:TOOLS"}
+        assert record.config["tool_source"]["tools"] == "rec_cli_tools:TOOLS"
         [recorded] = store.plans(run_id)
         assert recorded.plan is not None
         assert recorded.plan.steps == parse_plan(PLAN).steps
@@ -184,7 +184,7 @@ def test_ask_records_the_run_with_its_question_and_answer(
         assert record.answer == "CH-6 at MAIN."
         assert record.step_counts == {"SUCCEEDED": 2}
         # where the tools came from, for `planexec runs resume` (the agent's config is kept)
-        assert record.config["tool_source"] == {"tools": "rec_cli_tools:TOOLS"}
+        assert record.config["tool_source"]["tools"] == "rec_cli_tools:TOOLS"
         assert "executor" in record.config and "planner" in record.config
     assert f"recorded as run {record.run_id}" in err
 

@@ -248,7 +248,7 @@ async def test_resume_uses_the_tools_recorded_by_run_and_force_overrides_a_live_
     plan.write_text(tools.plan_text("nosuchtool"))
     assert await _in_thread(["run", str(plan), "--tools", "crash_tools:TOOLS"]) == 1
     [record] = SQLiteRunStore(store_path).list_runs()
-    assert record.config["tool_source"] == {"tools": "crash_tools:TOOLS"}
+    assert record.config["tool_source"]["tools"] == "crash_tools:TOOLS"
     # a run still owned by a live process (this one) is refused, --force resumes it
     with SQLiteRunStore(store_path) as store:
         store.mark_status(record.run_id, "RUNNING")

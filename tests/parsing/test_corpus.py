@@ -151,13 +151,14 @@ PINNED: dict[str, tuple[int, list[str | None], list[bool], set[str]]] = {
     "llmcompiler_llamaindex_3.txt": (
         2, ["vector_tool_Chicago", "vector_tool_Seattle"], [T, T], {"LLMC_JOIN"}
     ),
+    # --- json: a LangGraph plan-and-execute planner's {"steps": ["...", ...]}
+    "other_lgjspe_1.txt": (3, [N, N, N], [T, T, T], {"JSON_SHAPE", "JSON_NO_TOOL"}),
 }
 
 NO_PLAN = {
     "hashstep_hpml26gemini_11.txt": "prose without any step: 'I cannot fulfill",
     "hashstep_hpml26gemma4_3.txt": "empty reply",
     "rewoo_lgjs_3.txt": "no rewoo step",
-    "other_lgjspe_1.txt": "prose without any step",
 }
 
 

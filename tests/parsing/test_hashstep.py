@@ -4,6 +4,7 @@ import pytest
 
 from planexec.errors import PlanParseError
 from planexec.parsing.hashstep import parse_hashstep
+from planexec.parsing.refs import NO_STEP
 from planexec.plan import Plan, Ref, Severity, Template
 
 
@@ -278,10 +279,19 @@ def test_a_server_prefix_does_not_override_the_agent_field() -> None:
     assert "kept the server 'IoTAgent'" in diag(plan, "TOOL_NAME_NORMALIZED").message
 
 
-def test_text_inside_tool_parentheses_is_reported() -> None:
+def test_arguments_inside_tool_parentheses_are_read() -> None:
     plan = parse_hashstep("#Task1: a\n#Tool1: assets(site='MAIN')\n#Args1: {}\n")
-    found = diag(plan, "TOOL_NAME_NORMALIZED")
-    assert found.severity is Severity.WARNING and "site='MAIN'" in found.message
+    step = plan.steps[0]
+    assert (step.tool, step.args, step.args_valid) == ("assets", {"site": "MAIN"}, True)
+    assert "read from the parentheses" in diag(plan, "TOOL_NAME_NORMALIZED").message
+
+
+def test_a_signature_inside_tool_parentheses_gives_no_values() -> None:
+    plan = parse_hashstep("#Task1: a\n#Tool1: sensors(site_name, asset_id)\n#Args1: {}\n")
+    found = [d for d in plan.diagnostics if d.code == "TOOL_NAME_NORMALIZED"]
+    assert plan.steps[0].args == {} and plan.steps[0].args_valid
+    assert any(d.severity is Severity.WARNING and "site_name, asset_id" in d.message
+               for d in found)
 
 
 def test_multi_line_field_values_are_joined() -> None:
@@ -642,6 +652,12 @@ def test_an_angle_placeholder_naming_no_step_is_reported_and_ordinary_text_is_no
         '#Task1: a\n#Tool1: t\n#Args1: {"site_name": "<site_name>", "a": "Chiller 6", '
         '"b": "a <b> tag", "c": "SOP_STEP_3", "d": "step 1 of the procedure"}\n'
     )
-    found = [d for d in plan.diagnostics if d.code == "PLACEHOLDER_UNRECOGNIZED"]
+    # a free-text placeholder: a hinted reference; no dependency, so a missing one
+    found = [d for d in plan.diagnostics if d.code == "REF_HINTED"]
     assert len(found) == 1 and "'<site_name>'" in found[0].message
+    assert "missing reference" in found[0].message
+    assert not [d for d in plan.diagnostics if d.code == "PLACEHOLDER_UNRECOGNIZED"]
+    ref = plan.steps[0].args["site_name"]
+    assert isinstance(ref, Ref) and ref.is_hinted and ref.step == NO_STEP
+    assert plan.steps[0].args["b"] == "a <b> tag"
     assert plan.steps[0].args["a"] == "Chiller 6" and plan.steps[0].args["c"] == "SOP_STEP_3"

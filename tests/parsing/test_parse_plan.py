@@ -103,7 +103,7 @@ def test_a_bug_in_a_dialect_parser_propagates_unchanged(monkeypatch: pytest.Monk
 def test_a_bug_on_every_tool_line_escapes_the_property_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hashstep, "_normalize_tool", _raise_key_error)
+    monkeypatch.setattr(hashstep, "read_tool", _raise_key_error)
     with pytest.raises(KeyError):
         parse_or_reject(HASHSTEP)
 
