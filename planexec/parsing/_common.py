@@ -11,6 +11,7 @@ from planexec._text import snippet
 from planexec.parsing.jsonrepair import JSONReader, RepairFailure, closing_bracket
 from planexec.parsing.refs import (
     MAX_STEP_DIGITS,
+    NO_STEP,
     find_malformed,
     parse_path,
     path_like_suffixes,
@@ -138,13 +139,19 @@ class Diagnostics:
         """Add a ``REF_HINTED`` warning for each hinted reference in ``value``."""
         for ref in iter_refs(value):
             if isinstance(ref, Ref) and ref.is_hinted:
+                target = (
+                    "names no step while the step refers to no other step: a missing "
+                    "reference, so the step fails unless the plan is fixed"
+                    if ref.step == NO_STEP
+                    else f"refers to step {ref.step} in words the reference grammar cannot "
+                    "follow; only the LLM fallback can resolve it"
+                )
                 self.add(
                     line,
                     Severity.WARNING,
                     "REF_HINTED",
-                    f"{ref.location or 'the input'} of step {step} refers to step {ref.step} "
-                    f"as {ref.raw!r}, which the reference grammar cannot follow; only the "
-                    "LLM fallback can resolve it",
+                    f"{ref.location or 'the input'} of step {step} holds {ref.raw!r}, which "
+                    f"{target}",
                     step,
                 )
 

@@ -36,7 +36,7 @@ from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import Diagnostics, clean_reply, normalize_tool
 from planexec.parsing.jsonrepair import closing_bracket, repair_json
-from planexec.parsing.refs import contains_placeholder, find_refs
+from planexec.parsing.refs import NO_STEP, contains_placeholder, find_refs, free_placeholders
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
 
 __all__ = [
@@ -340,9 +340,14 @@ def _walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
 
 
 def _args(
-    value: Any, present: bool, sid: int, rd: _Reader
+    value: Any, present: bool, sid: int, rd: _Reader, deps: tuple[int, ...] = ()
 ) -> tuple[dict[str, Any], tuple[Any, ...], bool, str | None]:
-    """``(args, positional, args_valid, args_text)`` of one step."""
+    """``(args, positional, args_valid, args_text)`` of one step.
+
+    Free-text placeholders (``"<chiller_asset_id>"``) become hinted references over
+    ``deps`` (the step's declared dependencies; else the steps it refers to), as in
+    hashstep plans.
+    """
     if not present or value is None:
         return {}, (), True, None
     args_text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
@@ -365,12 +370,16 @@ def _args(
             return {}, (), False, args_text
     if isinstance(value, dict):
         found = find_refs(value, dialect="hashstep", location="args")
+        over = deps or tuple(sorted({r.step for r in iter_refs(found)}))
+        found = free_placeholders(found, over, location="args")[0]
         args: dict[str, Any] = dict(found)
         positional: tuple[Any, ...] = ()
         where: Any = args
         location = "args"
     else:
         found = find_refs(value, dialect="hashstep", location="positional[0]")
+        over = deps or tuple(sorted({r.step for r in iter_refs(found)}))
+        found = free_placeholders(found, over, location="positional[0]")[0]
         args, positional, where, location = {}, (found,), found, "positional[0]"
         kind = "a reference" if isinstance(found, Ref) else type(value).__name__
         rd.warn("ARGS_POSITIONAL", f"the args of step {sid} are {kind} "
@@ -381,6 +390,7 @@ def _args(
             rd.warn("PLACEHOLDER_UNRECOGNIZED", f"{path} of step {sid} holds "
                     f"{snippet(s, 40)!r}, which looks like a placeholder but is no reference "
                     "the grammar reads; the executor will refuse to pass it to a tool", sid)
+    rd.diags.hinted_refs(where, line=None, step=sid)
     rd.diags.malformed_refs(where, dialect="hashstep", location=location, line=None, step=sid)
     rd.diags.ref_suffixes(where, line=None, step=sid)
     return args, positional, True, args_text
@@ -490,10 +500,10 @@ def _build(item: Any, sid: int, pos: int, rd: _Reader) -> Step | None:
     has_server, server_v = _pick(inner, _SERVER_KEYS, used)
     if has_server and isinstance(server_v, str) and server_v.strip().lower() not in _NONE_TOOLS:
         server = server or server_v.strip()
-    has_args, args_v = _pick(inner, _ARGS_KEYS, used)
-    args, positional, valid, args_text = _args(args_v, has_args, sid, rd)
     has_deps, deps_v = _pick(inner, _DEPS_KEYS, used)
     explicit = _deps(deps_v, sid, rd) if has_deps else ()
+    has_args, args_v = _pick(inner, _ARGS_KEYS, used)
+    args, positional, valid, args_text = _args(args_v, has_args, sid, rd, explicit)
     has_exp, exp_v = _pick(inner, _EXPECTED_KEYS, used)
     expected = _text(exp_v, "expected_output", sid, rd) if has_exp and exp_v is not None else None
     rd.unknown(f"step {sid}", {**extras, **{k: v for k, v in inner.items() if k not in used}}, sid)
@@ -501,7 +511,9 @@ def _build(item: Any, sid: int, pos: int, rd: _Reader) -> Step | None:
         rd.warn("JSON_NO_TOOL", f"step {sid} names no tool "
                 f"({snippet(task, 50)!r}): it is a reasoning step, answered by the reasoning "
                 "model", sid)
-    referenced = {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(positional)}
+    referenced = (
+        {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(positional)}
+    ) - {NO_STEP}
     if tool is None and (args or positional) and (not tool_present or _has_literal(args,
                                                                                    positional)):
         rd.warn("ARGS_WITHOUT_TOOL", f"step {sid} has no tool but has args "

@@ -46,7 +46,7 @@ from planexec.parsing._common import (
     step_number_message,
 )
 from planexec.parsing.jsonrepair import RepairFailure
-from planexec.parsing.refs import find_refs, step_number
+from planexec.parsing.refs import NO_STEP, find_refs, free_placeholders, step_number
 from planexec.plan import Plan, Severity, Step, iter_refs
 
 __all__ = ["parse_llmcompiler"]
@@ -232,6 +232,18 @@ class _Parser:
             k: find_refs(v, dialect="llmcompiler", location=f"args.{k}")
             for k, v in kwargs.items()
         }
+        # free-text placeholders (<asset id>, <output of step 1>): hinted references, never
+        # text; over the step's own references, the only dependencies this dialect declares
+        ref_deps = tuple(sorted(
+            {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
+        ))
+        args = {
+            k: free_placeholders(v, ref_deps, location=f"args.{k}")[0] for k, v in args.items()
+        }
+        pos_values = tuple(
+            free_placeholders(v, ref_deps, location=f"positional[{i}]")[0]
+            for i, v in enumerate(pos_values)
+        )
         self.diags.hinted_refs(list(pos_values), line=first, step=sid)
         self.diags.hinted_refs(args, line=first, step=sid)
         self.diags.ref_suffixes(list(pos_values), line=first, step=sid)
@@ -240,7 +252,9 @@ class _Parser:
                                   location="positional", line=first, step=sid)
         self.diags.malformed_refs(args, dialect="llmcompiler", location="args",
                                   line=first, step=sid)
-        deps = {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
+        deps = (
+            {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
+        ) - {NO_STEP}
         self.steps.append(
             Step(
                 id=sid,

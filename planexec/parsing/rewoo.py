@@ -35,7 +35,7 @@ from planexec.parsing._common import (
     snippet,
     step_number_message,
 )
-from planexec.parsing.refs import find_refs, step_number
+from planexec.parsing.refs import NO_STEP, find_refs, free_placeholders, step_number
 from planexec.plan import Plan, Severity, Step, iter_refs
 
 __all__ = ["parse_rewoo"]
@@ -271,11 +271,15 @@ class _Parser:
             self.diags.add(first, Severity.WARNING, "REWOO_EMPTY_INPUT",
                            f"#E{sid} = {m.group(2)}[] has an empty input", sid)
         value = find_refs(text_value, dialect="rewoo", location="positional[0]")
+        # free-text placeholders (<asset id>, <output of #E1>): hinted references, never text
+        value = free_placeholders(
+            value, tuple(sorted({r.step for r in iter_refs(value)})), location="positional[0]"
+        )[0]
         self.diags.hinted_refs(value, line=first, step=sid)
         self.diags.ref_suffixes(value, line=first, step=sid)
         self.diags.malformed_refs(value, dialect="rewoo", location="positional[0]",
                                   line=first, step=sid)
-        deps = tuple(sorted({r.step for r in iter_refs(value)}))
+        deps = tuple(sorted({r.step for r in iter_refs(value)} - {NO_STEP}))
         self.steps.append(
             Step(
                 id=sid,
