@@ -56,6 +56,25 @@ class ModelStepHelper:
         self.budget = budget
         """Characters of dependency outputs shown, in all."""
 
+    def written_lines(self, step: Step) -> list[str]:
+        """The prompt lines showing a step's own arguments as the plan wrote them, if any."""
+        if not (step.args or step.positional):
+            return []
+        written = to_jsonable(step.args) if step.args else to_jsonable(list(step.positional))
+        return ["Arguments written in the plan:", _as_text(written), ""]
+
+    def inputs_lines(self, inputs: Mapping[int, StepResult]) -> list[str]:
+        """The prompt lines showing the dependencies' outputs, cut to ``budget`` in all."""
+        if not inputs:
+            return ["No earlier step results are available to this step."]
+        per = max(200, self.budget // len(inputs))
+        lines = ["Results of earlier steps:"]
+        for sid in sorted(inputs):
+            r = inputs[sid]
+            label = f"step {sid}" + (f" (tool {r.tool})" if r.tool else "")
+            lines.append(f"- {label}: {_cut(_as_text(r.output), per)}")
+        return lines
+
     def bind(self, *, usage: Usage, bus: EventBus | None, run_id: str) -> Self:
         """Return a copy whose client counts into ``usage`` for ``run_id``."""
         return type(self)(
@@ -80,19 +99,9 @@ class ModelReasoner(ModelStepHelper):
         if self.question:
             lines += ["Question:", self.question, ""]
         lines += [f"Task (step {step.id}):", step.task or "(no task text)", ""]
-        if step.args or step.positional:
-            # a reasoning step with #Args (ARGS_WITHOUT_TOOL): shown as written
-            written = to_jsonable(step.args) if step.args else to_jsonable(list(step.positional))
-            lines += ["Arguments written in the plan:", _as_text(written), ""]
-        if inputs:
-            per = max(200, self.budget // len(inputs))
-            lines.append("Results of earlier steps:")
-            for sid in sorted(inputs):
-                r = inputs[sid]
-                label = f"step {sid}" + (f" (tool {r.tool})" if r.tool else "")
-                lines.append(f"- {label}: {_cut(_as_text(r.output), per)}")
-        else:
-            lines.append("No earlier step results are available to this step.")
+        # a reasoning step with #Args (ARGS_WITHOUT_TOOL): shown as written
+        lines += self.written_lines(step)
+        lines += self.inputs_lines(inputs)
         return "\n".join(lines)
 
     async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:

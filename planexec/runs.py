@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -585,9 +586,30 @@ async def execute_recorded(
     and nothing else failed, or CANCELLED), and flushes ``store`` (if given; it must
     already be subscribed to ``bus``).
 
+    The executor's ``usage.wall_time`` is set to the run's duration, however it ends.
+
     Raises:
         asyncio.CancelledError: the run was cancelled (recorded as CANCELLED first).
     """
+    started = time.perf_counter()
+    try:
+        return await _execute_recorded(
+            executor, plan, text, bus=bus, store=store, question=question, config=config
+        )
+    finally:
+        executor.usage.wall_time = time.perf_counter() - started
+
+
+async def _execute_recorded(
+    executor: Executor,
+    plan: Plan,
+    text: str,
+    *,
+    bus: EventBus,
+    store: Any,
+    question: str,
+    config: Mapping[str, Any] | None,
+) -> list[StepResult]:
     run_id = executor.run_id
     await bus.emit(RunStarted(run_id=run_id, question=question, config=dict(config or {})))
     await bus.emit(PlanCreated(run_id=run_id, version=1, plan=plan, text=text))

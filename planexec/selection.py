@@ -35,7 +35,7 @@ from planexec._text import as_text, cut
 from planexec.errors import ErrorKind
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
-from planexec.plan import Step, to_jsonable
+from planexec.plan import Step
 from planexec.planner import FINAL_STEP_TOOL
 from planexec.reasoning import ModelStepHelper
 from planexec.results import StepError, StepResult
@@ -173,18 +173,8 @@ class ModelToolSelector(ModelStepHelper):
             name = f"{spec.server}.{spec.signature()}" if spec.server else spec.signature()
             lines.append(f"- {name}" + (f": {desc}" if desc else ""))
         lines.append("")
-        if step.args or step.positional:
-            written = to_jsonable(step.args) if step.args else to_jsonable(list(step.positional))
-            lines += ["Arguments written in the plan:", as_text(written), ""]
-        if inputs:
-            per = max(200, self.budget // len(inputs))
-            lines.append("Results of earlier steps:")
-            for sid in sorted(inputs):
-                r = inputs[sid]
-                label = f"step {sid}" + (f" (tool {r.tool})" if r.tool else "")
-                lines.append(f"- {label}: {cut(as_text(r.output), per)}")
-        else:
-            lines.append("No earlier step results are available to this step.")
+        lines += self.written_lines(step)
+        lines += self.inputs_lines(inputs)
         if feedback is not None:
             lines += ["", "The previous attempt at this step failed:", feedback.message]
         return "\n".join(lines)

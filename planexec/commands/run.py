@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
 from rich.markup import escape
@@ -189,13 +188,9 @@ def run_command(args: argparse.Namespace) -> int:
             # the same client (timeout, retries, breaker), limits and runner as the library
             runtime = Runtime(model, catalog, config)
             executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus).executor
-            started = time.perf_counter()
-            try:
-                results = await execute_recorded(
-                    executor, plan, text, bus=bus, store=store, config=recorded
-                )
-            finally:
-                usage.wall_time = time.perf_counter() - started
+            results = await execute_recorded(
+                executor, plan, text, bus=bus, store=store, config=recorded
+            )
             return plan, results
 
     try:

@@ -35,7 +35,6 @@ import ipaddress
 import itertools
 import json
 import socket
-import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any
@@ -856,13 +855,9 @@ def build_server(
         executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
         recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
-        started = time.perf_counter()
-        try:
-            results = await execute_recorded(
-                executor, plan, text, bus=bus, store=store, config=recorded
-            )
-        finally:
-            usage.wall_time = time.perf_counter() - started
+        results = await execute_recorded(
+            executor, plan, text, bus=bus, store=store, config=recorded
+        )
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
         ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)

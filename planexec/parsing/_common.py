@@ -17,7 +17,7 @@ from planexec.parsing.refs import (
     path_like_suffixes,
     ref_at,
 )
-from planexec.plan import Diagnostic, Ref, Severity, format_path, iter_refs
+from planexec.plan import Diagnostic, Ref, Severity, Template, format_path, iter_refs
 
 __all__ = [
     "NONE_WORDS",
@@ -28,6 +28,7 @@ __all__ = [
     "clean_reply",
     "read_call_args",
     "describe_text",
+    "has_literal",
     "ToolCall",
     "ToolName",
     "normalize_tool",
@@ -488,3 +489,19 @@ def describe_text(text: str) -> str:
     lines = [ln for ln in stripped.splitlines() if ln.strip()]
     first = snippet(lines[0], 70)
     return f"{len(lines)} line(s) of text starting with {first!r}"
+
+
+def has_literal(*values: Any) -> bool:
+    """Whether a value holds a scalar that is not a reference (a `Template` counts as one)."""
+    for value in values:
+        if isinstance(value, Ref | Template):
+            continue
+        if isinstance(value, dict):
+            if has_literal(*value.values()):
+                return True
+        elif isinstance(value, list | tuple):
+            if has_literal(*value):
+                return True
+        else:
+            return True
+    return False

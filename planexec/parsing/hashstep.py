@@ -54,6 +54,7 @@ from planexec.parsing._common import (
     Diagnostics,
     ToolCall,
     clean_reply,
+    has_literal,
     read_call_args,
     read_tool,
     ref_malformed_message,
@@ -1089,22 +1090,6 @@ def _merge_inline(
     return merged, pos, valid and i_valid and not conflicts, text
 
 
-def _has_literal(*values: Any) -> bool:
-    """Whether a value holds a scalar that is not a reference (a `Template` counts as one)."""
-    for value in values:
-        if isinstance(value, Ref | Template):
-            continue
-        if isinstance(value, dict):
-            if _has_literal(*value.values()):
-                return True
-        elif isinstance(value, list | tuple):
-            if _has_literal(*value):
-                return True
-        else:
-            return True
-    return False
-
-
 def _keys_with_refs(value: Any, path: str) -> Iterable[tuple[str, str, bool]]:
     """``(path, key, is_reference)`` for each dict key that looks like a placeholder."""
     if isinstance(value, dict):
@@ -1247,7 +1232,7 @@ def _build_step(block: _Block, st: _State) -> Step | None:
         # "#Tool2: none" with "#Args2: {"assets": "{step_1}"}" names the inputs of a
         # reasoning step: fine. Literal values, or #Args with no #Tool at all, are not.
         if args_f is not None and (
-            (tool_f is None and (args or positional)) or _has_literal(args, positional)
+            (tool_f is None and (args or positional)) or has_literal(args, positional)
         ):
             why = "has no #Tool" if tool_f is None else "has #Tool none"
             st.add(

@@ -34,10 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planexec._text import snippet
 from planexec.errors import PlanParseError
-from planexec.parsing._common import Diagnostics, clean_reply, normalize_tool
+from planexec.parsing._common import Diagnostics, clean_reply, has_literal, normalize_tool
 from planexec.parsing.jsonrepair import closing_bracket, repair_json
 from planexec.parsing.refs import NO_STEP, contains_placeholder, find_refs, free_placeholders
-from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
+from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, iter_refs
 
 __all__ = [
     "JsonPlan",
@@ -313,21 +313,6 @@ def _deps(value: Any, sid: int, rd: _Reader) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _has_literal(*values: Any) -> bool:
-    for value in values:
-        if isinstance(value, Ref | Template):
-            continue
-        if isinstance(value, dict):
-            if _has_literal(*value.values()):
-                return True
-        elif isinstance(value, list | tuple):
-            if _has_literal(*value):
-                return True
-        else:
-            return True
-    return False
-
-
 def _walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
     if isinstance(value, str):
         yield path, value
@@ -514,7 +499,7 @@ def _build(item: Any, sid: int, pos: int, rd: _Reader) -> Step | None:
     referenced = (
         {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(positional)}
     ) - {NO_STEP}
-    if tool is None and (args or positional) and (not tool_present or _has_literal(args,
+    if tool is None and (args or positional) and (not tool_present or has_literal(args,
                                                                                    positional)):
         rd.warn("ARGS_WITHOUT_TOOL", f"step {sid} has no tool but has args "
                 f"({snippet(args_text or '', 40)!r}): it is a reasoning step, so no tool "
