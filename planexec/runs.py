@@ -586,18 +586,28 @@ async def execute_recorded(
     and nothing else failed, or CANCELLED), and flushes ``store`` (if given; it must
     already be subscribed to ``bus``).
 
-    The executor's ``usage.wall_time`` is set to the run's duration, however it ends.
+    The executor's ``usage.wall_time`` is set to the run's duration, however it ends, and
+    its trace (``executor.trace``, opened by `planexec.runtime.Runtime.start_trace` when
+    anybody traces) is closed with the run.
 
     Raises:
         asyncio.CancelledError: the run was cancelled (recorded as CANCELLED first).
     """
     started = time.perf_counter()
+    trace = executor.trace
     try:
-        return await _execute_recorded(
+        results = await _execute_recorded(
             executor, plan, text, bus=bus, store=store, question=question, config=config
         )
+    except BaseException as exc:
+        if trace is not None:
+            await trace.end({}, exc)
+        raise
     finally:
         executor.usage.wall_time = time.perf_counter() - started
+    if trace is not None:
+        await trace.end({"steps": [r.to_dict() for r in results]})
+    return results
 
 
 async def _execute_recorded(

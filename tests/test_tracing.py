@@ -434,3 +434,22 @@ if __name__ == "__main__":  # regenerate the page's samples
     import asyncio
 
     write_doc(*asyncio.run(demo_trace()))
+
+
+def test_planexec_run_is_traced_like_an_agent_run(spans: Any, tmp_path: Any) -> None:
+    from planexec.cli import main
+
+    plan = tmp_path / "plan.txt"
+    plan.write_text(
+        "#Task1: List the assets at MAIN.\n#Tool1: assets\n#Args1: {\"site_name\": \"MAIN\"}\n"
+        "#Dependency1: None\n",
+        encoding="utf-8",
+    )
+    code = main(["run", str(plan), "--tools", "planexec.examples.tools:TOOLS", "--no-store"])
+    assert code == 0
+    assert span_tree(spans.get_finished_spans()) == [
+        (0, "invoke_agent planexec"),
+        (1, "planexec:plan attempt 1"),
+        (2, "planexec:step 1"),
+        (3, "execute_tool assets"),
+    ]

@@ -187,7 +187,9 @@ def run_command(args: argparse.Namespace) -> int:
             plan = check_plan(parsed, catalog)
             # the same client (timeout, retries, breaker), limits and runner as the library
             runtime = Runtime(model, catalog, config)
-            executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus).executor
+            # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
+            trace = await runtime.start_trace(None, run_id=run_id, question="")
+            executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
             results = await execute_recorded(
                 executor, plan, text, bus=bus, store=store, config=recorded
             )

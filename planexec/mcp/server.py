@@ -852,7 +852,9 @@ def build_server(
         # the executor alone (no recovery, no answer), with the runtime's model client
         # (timeout, retries, breaker), limits and runner
         usage = Usage()
-        executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus).executor
+        # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
+        trace = await runtime.start_trace(None, run_id=run_id, question="")
+        executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
         recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
         results = await execute_recorded(
