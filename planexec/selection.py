@@ -33,9 +33,10 @@ from pydantic import ValidationError
 
 from planexec._text import as_text, cut
 from planexec.errors import ErrorKind
+from planexec.grounding import OutputIndex
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
-from planexec.plan import Step
+from planexec.plan import Step, to_jsonable
 from planexec.planner import FINAL_STEP_TOOL
 from planexec.reasoning import ModelStepHelper
 from planexec.results import StepError, StepResult
@@ -224,6 +225,8 @@ class ModelToolSelector(ModelStepHelper):
             calls += 1
             try:
                 spec, args = self._read(reply, candidates)
+                if spec is not None:
+                    self._check_grounded(step, spec, args, inputs)
             except _Unusable as exc:
                 problem = str(exc)
                 messages = [
@@ -255,6 +258,39 @@ class ModelToolSelector(ModelStepHelper):
             cause=problem,
             reply=cut(reply, 500),
         )
+
+    def _check_grounded(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        inputs: Mapping[int, StepResult],
+    ) -> None:
+        """Reject arguments whose values occur nowhere the model could have read them.
+
+        A value is grounded when it occurs in the dependencies' outputs, the step's task,
+        the arguments written in the plan, the question or the schema's enum/const
+        (`planexec.grounding.OutputIndex.ground`); free text and values with nothing like
+        them in the outputs are allowed. An ungrounded identifier makes the reply
+        unusable, so the one retry sees why, as the resolver's fallback does.
+
+        Raises:
+            _Unusable: an argument is an identifier the sources do not hold.
+        """
+        index = OutputIndex({sid: r.output for sid, r in inputs.items()})
+        written = [as_text(to_jsonable(step.args))] if step.args else []
+        text = [t for t in (step.task, self.question, *written) if t]
+        properties = spec.json_schema.get("properties", {})
+        for name, value in args.items():
+            prop = properties.get(name, {}) if isinstance(properties, dict) else {}
+            named = [*prop.get("enum", ()), *([prop["const"]] if "const" in prop else ())]
+            grounding = index.ground(name, value, extra={"plan": text, "schema": named})
+            if not grounding.grounded:
+                raise _Unusable(
+                    f"argument {name!r} = {cut(as_text(value), 80)!r} occurs nowhere in the "
+                    "outputs of the steps it depends on, its task or the plan; use a value "
+                    "found there"
+                )
 
     @staticmethod
     def _read(

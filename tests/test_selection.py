@@ -231,3 +231,29 @@ def test_real_cods_plans_select_and_their_tool_none_steps_reason() -> None:
     step6 = utilities.step(6)
     assert step6.server == "Utilities" and step6.tool is None
     assert step6.no_tool and not step6.selects_tool
+
+
+async def test_a_selected_identifier_found_nowhere_is_asked_again_and_never_called() -> None:
+    tools = toolset()
+    # "EAST" is a site like MAIN and WEST, but no output, task or plan holds it: a guess
+    guess = {"tool": "iot.assets", "args": {"site_name": "EAST"}}
+    selector = Selector([{"tool": "sites", "args": {}}, guess, guess])
+    model = FunctionModel(function=selector)
+    run = await agent(model, tools, []).execute_plan(
+        AGENT_ONLY.replace("at the first site", "at one of the sites")
+    )
+    step2 = {r.step_id: r for r in run.results}[2]
+    assert step2.error_kind is ErrorKind.TOOL_SELECTION_FAILED
+    assert "'EAST'" in selector.prompts[2]  # the retry is told which value was ungrounded
+    assert calls(tools["assets"]) == []
+
+
+async def test_a_selected_value_taken_from_the_task_is_grounded() -> None:
+    tools = toolset()
+    selector = Selector([{"tool": "iot.assets", "args": {"site_name": "WEST"}}])
+    model = FunctionModel(function=selector)
+    run = await agent(model, tools, []).execute_plan(
+        "#Task1: List the assets at site WEST.\n#Agent1: iot\n#Dependency1: None\n"
+    )
+    assert run.status is RunStatus.SUCCEEDED
+    assert calls(tools["assets"]) == [{"site_name": "WEST"}]
