@@ -234,7 +234,7 @@ def tracer(lines: list[str]) -> Callable[[Event], None]:
         elif isinstance(e, StepFinished):
             r = e.result
             what = f" {r.error_kind}: {r.error}" if r.error else f" → {json.dumps(r.output)}"
-            note = " (reused)" if r.note and "reused" in r.note else ""
+            note = " (reused)" if r.reused else ""
             lines.append(f"  StepFinished step {r.step_id} {r.status.value}{note}{what}")
         elif isinstance(e, RecoveryDecided):
             lines.append(f"RecoveryDecided {e.action}: {e.reason}")

@@ -502,7 +502,7 @@ class Executor:
         for s in plan.steps:
             pr = self.results.get(s.id)
             if pr is not None and pr.status is StepStatus.SUCCEEDED:
-                reused = replace(pr, note=_join_note(pr.note, REUSED_NOTE))
+                reused = replace(pr, note=_join_note(pr.note, REUSED_NOTE), reused=True)
                 self.results[s.id] = reused
                 self.reused.add(s.id)
                 order.append(s.id)

@@ -439,7 +439,7 @@ def supports_structured_output(model: Any) -> bool:
 
     try:
         model.with_structured_output(plan_schema(), include_raw=True)
-    except Exception:  # noqa: BLE001 - NotImplementedError, or a provider refusing the schema
+    except (NotImplementedError, ValueError, TypeError):  # text-only, or the schema refused
         return False
     return True
 

@@ -339,6 +339,8 @@ class StepResult:
     """The server or agent the step named, if any."""
     note: str | None = None
     """A remark that is not an error (why a step was skipped, a warning kept)."""
+    reused: bool = False
+    """Taken from an earlier result (a resume or a re-plan) instead of running again."""
     failure: StepError | None = None
     """Why the step did not succeed, as data; None on success (and for a skipped step)."""
     grounding: dict[str, Grounding] = field(default_factory=dict)
@@ -394,6 +396,7 @@ class StepResult:
             "started_at": self.started_at,
             "duration": self.duration,
             "note": self.note,
+            "reused": self.reused,
             "failure": self.failure.to_dict() if self.failure else None,
             "grounding": {k: g.to_dict() for k, g in self.grounding.items()},
         }

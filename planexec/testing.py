@@ -260,9 +260,13 @@ class FunctionModel(ScriptedChatModel):
         """The purpose of every call received, in order."""
         return [c.purpose for c in self._calls]
 
-    def _call_of(self, run_manager: Any) -> ModelCall:
+    def _ask(self, messages: list[BaseMessage], run_manager: Any) -> Any:
+        """Record the call and ask the function (its result may be a coroutine)."""
         metadata = getattr(run_manager, "metadata", None)
-        return ModelCall.from_metadata(metadata) or ModelCall("direct")
+        call = ModelCall.from_metadata(metadata) or ModelCall("direct")
+        self._calls.append(call)
+        self._requests.append(list(messages))
+        return self.function(call, list(messages))
 
     def _generate(
         self,
@@ -271,10 +275,7 @@ class FunctionModel(ScriptedChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        call = self._call_of(run_manager)
-        self._calls.append(call)
-        self._requests.append(list(messages))
-        out = self.function(call, list(messages))
+        out = self._ask(messages, run_manager)
         if asyncio.iscoroutine(out):
             out.close()
             raise TypeError("FunctionModel: an async function needs an async call (ainvoke)")
@@ -287,10 +288,7 @@ class FunctionModel(ScriptedChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        call = self._call_of(run_manager)
-        self._calls.append(call)
-        self._requests.append(list(messages))
-        out = self.function(call, list(messages))
+        out = self._ask(messages, run_manager)
         if asyncio.iscoroutine(out):
             out = await out
         return self._result(str(out))

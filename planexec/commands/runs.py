@@ -519,15 +519,13 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
     """Return a run's record and its bars, in start order.
 
     One bar per step (the latest result of each plan version); a step whose earlier
-    result was reused (its note says so) is a ``REUSED`` bar of no length at the time it
+    result was reused (`StepResult.reused`) is a ``REUSED`` bar of no length at the time it
     was reused, since it did not run again; one ``PLANNER`` bar per call of the
     planner's model (`planexec.events.LLMCalled` with purpose ``plan``).
 
     Raises:
         RunNotFoundError: no such run.
     """
-    from planexec.executor import REUSED_NOTE
-
     record = store.get_run(run_id)
     steps = store.step_results(run_id)
     calls = store.started_calls_without_result(run_id)
@@ -538,7 +536,7 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
     bars: list[TimelineBar] = []
     for s in steps:
         r = s.result
-        if r.note and REUSED_NOTE in r.note:
+        if r.reused:
             bars.append(
                 TimelineBar(
                     label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'} (reused)",

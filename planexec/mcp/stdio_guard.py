@@ -32,6 +32,7 @@ import anyio.to_thread
 import mcp_types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from planexec._log import logger
 
@@ -177,7 +178,7 @@ def check_line(raw: bytes) -> tuple[str | None, Reply | None]:
         return bad(INVALID_REQUEST, "Invalid Request: no method, result or error")
     try:
         mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
-    except Exception as exc:  # anything the SDK would drop without a reply
+    except ValidationError as exc:  # a message the SDK would drop without a reply
         first = str(exc).splitlines()
         why = first[-1].strip() if first else type(exc).__name__
         return bad(INVALID_REQUEST, f"Invalid Request: {why}"[:500])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "read_call_args",
     "describe_text",
     "has_literal",
+    "walk_strings",
     "ToolCall",
     "ToolName",
     "normalize_tool",
@@ -337,6 +339,8 @@ class CallArgs:
         """Keyword arguments, in order."""
         self.repairs: list[str] = []
         """Repairs made while reading (``bare word 'MAIN' read as a string``, ...)."""
+        self.placeholder_repairs: set[str] = set()
+        """Those of ``repairs`` that are placeholders written without quotes."""
         self.problems: list[str] = []
         """Readable oddities (a positional argument after a keyword argument)."""
 
@@ -387,6 +391,7 @@ def read_call_args(text: str, *, dialect: str = "llmcompiler") -> CallArgs:
             raise RepairFailure(f"expected ',' {r.where()}, found {text[r.pos]!r}")
         r.pos += 1
     out.repairs = r.repairs
+    out.placeholder_repairs = r.placeholder_repairs
     return out
 
 
@@ -505,3 +510,24 @@ def has_literal(*values: Any) -> bool:
         else:
             return True
     return False
+
+
+def walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    """Every literal string in a parsed value, with its path.
+
+    References are skipped; a `Template`'s text parts are included.
+    """
+    if isinstance(value, Ref):
+        return
+    if isinstance(value, Template):
+        for part in value.parts:
+            if isinstance(part, str):
+                yield path, part
+    elif isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from walk_strings(v, f"{path}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from walk_strings(v, f"{path}[{i}]")

@@ -60,6 +60,7 @@ from planexec.parsing._common import (
     ref_malformed_message,
     ref_suffix_message,
     step_number_message,
+    walk_strings,
 )
 from planexec.parsing.jsonrepair import RepairFailure, repair_json
 from planexec.parsing.refs import (
@@ -742,7 +743,7 @@ def _inline_args(
                f"(in {shown!r}); the step must not run as written", sid)
         return {}, (), False
     for rep in read.repairs:
-        if rep.startswith("unquoted placeholder"):
+        if rep in read.placeholder_repairs:
             continue  # placeholders need no quotes in a call; references report them
         st.add(line, Severity.WARNING, "ARGS_REPAIRED",
                f"arguments in #Tool of step {sid}: repaired {rep}", sid)
@@ -813,23 +814,6 @@ def _parse_deps(value: str, line: int, sid: int, st: _State) -> tuple[int, ...]:
             sid,
         )
     return tuple(sorted(deps))
-
-
-def _walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
-    if isinstance(value, Ref):
-        return
-    if isinstance(value, Template):
-        for part in value.parts:
-            if isinstance(part, str):
-                yield path, part
-    elif isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _walk_strings(v, f"{path}.{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from _walk_strings(v, f"{path}[{i}]")
 
 
 def _parse_args(
@@ -1015,7 +999,7 @@ def _check_args(
 
 def _check_target(target: Any, loc: str, shown: str, *, line: int, sid: int, st: _State) -> None:
     """Report placeholder-like text, malformed, suffixed and nested references in one value."""
-    for path, s in _walk_strings(target, shown):
+    for path, s in walk_strings(target, shown):
         if contains_placeholder(s):
             st.add(
                 line,

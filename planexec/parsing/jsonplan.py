@@ -34,7 +34,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planexec._text import snippet
 from planexec.errors import PlanParseError
-from planexec.parsing._common import Diagnostics, clean_reply, has_literal, normalize_tool
+from planexec.parsing._common import (
+    Diagnostics,
+    clean_reply,
+    has_literal,
+    normalize_tool,
+    walk_strings,
+)
 from planexec.parsing.jsonrepair import closing_bracket, repair_json
 from planexec.parsing.refs import NO_STEP, contains_placeholder, find_refs, free_placeholders
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, iter_refs
@@ -313,17 +319,6 @@ def _deps(value: Any, sid: int, rd: _Reader) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _walk_strings(v, f"{path}.{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from _walk_strings(v, f"{path}[{i}]")
-
-
 def _args(
     value: Any, present: bool, sid: int, rd: _Reader, deps: tuple[int, ...] = ()
 ) -> tuple[dict[str, Any], tuple[Any, ...], bool, str | None]:
@@ -370,7 +365,7 @@ def _args(
         rd.warn("ARGS_POSITIONAL", f"the args of step {sid} are {kind} "
                 f"({snippet(args_text, 40)!r}), not a JSON object; bound as the single "
                 "positional argument (the tool's first parameter)", sid)
-    for path, s in _walk_strings(where, location):
+    for path, s in walk_strings(where, location):
         if contains_placeholder(s):
             rd.warn("PLACEHOLDER_UNRECOGNIZED", f"{path} of step {sid} holds "
                     f"{snippet(s, 40)!r}, which looks like a placeholder but is no reference "

@@ -116,11 +116,19 @@ class JSONReader:
         self.pos = 0
         self.python = python
         self.repairs: list[str] = []
+        self.placeholder_repairs: set[str] = set()
+        """The entries of ``repairs`` that are unquoted placeholders (as data, so a
+        reader that accepts bare placeholders can leave them out by identity)."""
         self.depth = 0
 
     def _repair(self, name: str) -> None:
         if name not in self.repairs:
             self.repairs.append(name)
+
+    def _placeholder(self, raw: str) -> None:
+        name = f"unquoted placeholder {raw}"
+        self._repair(name)
+        self.placeholder_repairs.add(name)
 
     def skip_ws(self) -> None:
         """Move past whitespace (also a BOM and no-break spaces)."""
@@ -172,7 +180,7 @@ class JSONReader:
             if m is None:
                 raise RepairFailure(f"unexpected '<' {self.where()}")
             self.pos = m.end()
-            self._repair(f"unquoted placeholder {m.group(0)}")
+            self._placeholder(m.group(0))
             return m.group(0)
         if c == "$" and self.python:
             m = _LLMC_REF_RE.match(self.text, self.pos)
@@ -343,7 +351,7 @@ class JSONReader:
                         return None
                 raw = t[self.pos : end]
                 self.pos = end
-                self._repair(f"unquoted placeholder {raw}")
+                self._placeholder(raw)
                 return raw
             k += 1
         return None
