@@ -50,6 +50,7 @@ from pydantic import BaseModel
 
 from planexec._log import run_log, step_log
 from planexec._models import ModelClient
+from planexec.approval import ApprovalDecision, Approver
 from planexec.config import AgentConfig
 from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError, RunError
 from planexec.evaluation import EvalCase, EvalStatus, Evaluator, Verdict, cut, format_results
@@ -211,6 +212,10 @@ class PlanExecuteAgent:
         hints: Safety hints by tool name (``{"search": {"read_only": True}}``).
         callbacks: langchain callback handlers that see every run as one tree: a parent
             run per `run` with each model and tool call under it (docs/observability.md).
+        approver: The in-process approval callback (docs/approval.md): ``async def
+            approve(request) -> ApprovalDecision``. Giving one turns approval on (the
+            ``approval`` settings say which steps need it); without one, with
+            ``approval.enabled``, such steps pause the run ``WAITING_APPROVAL``.
     """
 
     def __init__(
@@ -228,6 +233,7 @@ class PlanExecuteAgent:
         runner: ToolRunner | None = None,
         hints: Mapping[str, Mapping[str, Any]] | None = None,
         callbacks: Callbacks = None,
+        approver: Approver | None = None,
     ) -> None:
         self.model = model
         """The chat model (None: no planner, no fallback, no answer)."""
@@ -236,7 +242,13 @@ class PlanExecuteAgent:
         self.config = config or AgentConfig()
         """The settings."""
         self.runtime = Runtime(
-            model, self.catalog, self.config, breakers=breakers, runner=runner, callbacks=callbacks
+            model,
+            self.catalog,
+            self.config,
+            breakers=breakers,
+            runner=runner,
+            callbacks=callbacks,
+            approver=approver,
         )
         """Assembles each run's model client, resolver, reasoner, limits and executor
         (it checks the config's tool names against the catalog)."""
@@ -397,6 +409,7 @@ class PlanExecuteAgent:
         prior: Mapping[int, StepResult] | None = None,
         announce: Sequence[Event] = (),
         event_handlers: Sequence[EventHandler] = (),
+        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
     ) -> Run:
         """Continue a run at a plan version that was already made (the hook of resume).
 
@@ -414,6 +427,8 @@ class PlanExecuteAgent:
             prior: Results reused instead of running their steps (succeeded ones).
             announce: Events emitted right after `RunStarted`, before anything runs.
             event_handlers: Extra subscribers for this run's events.
+            decisions: Approval decisions recorded for the run, by ``(plan_version,
+                step_id)``: applied without asking (docs/approval.md).
 
         Raises:
             RunError: no attempt of ``version`` (or none at all) has a plan.
@@ -430,7 +445,7 @@ class PlanExecuteAgent:
         if attempt is None:
             which = "a plan" if version is None else f"a plan of version {version}"
             raise RunError(f"run {run_id} has no attempt with {which} to continue")
-        ctx = await self._start(question, run_id, None, event_handlers)
+        ctx = await self._start(question, run_id, None, event_handlers, decisions=decisions)
         ctx.run.attempts = history
         ctx.state.replans = sum(1 for a in history if a.version > 1)
         for earlier in history:  # failed destructive calls stay refused after a resume
@@ -497,6 +512,7 @@ class PlanExecuteAgent:
         handlers: Sequence[EventHandler],
         *,
         config: RunnableConfig | None = None,
+        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
     ) -> _RunCtx:
         cfg = self.config
         run = Run(run_id=run_id or new_run_id(), question=question)
@@ -518,6 +534,7 @@ class PlanExecuteAgent:
             question=question,
             catalog=self._catalog_for(out_type),
             trace=trace,
+            decisions=decisions,
         )
         ctx = _RunCtx(
             run,
@@ -705,7 +722,7 @@ class PlanExecuteAgent:
                 if ctx.cut is not None:
                     to_run, known = await self._skip_cut(ctx, to_run, known, attempt)
                 latest = await self._execute(ctx, to_run, known, attempt)
-                if ctx.run.status is RunStatus.CANCELLED:
+                if ctx.run.status in (RunStatus.CANCELLED, RunStatus.WAITING_APPROVAL):
                     return
                 if ctx.cut is not None:
                     await self._incomplete(ctx, plan, {**ctx.cut_results, **latest}, text)
@@ -798,6 +815,10 @@ class PlanExecuteAgent:
             self._note_destructive_failures(ctx, plan, results, attempt.version)
             if ctx.executor.cancelled:
                 ctx.run.status = RunStatus.CANCELLED
+                return latest
+            if any(r.status is StepStatus.WAITING_APPROVAL for r in results):
+                # paused: nothing else could run; recovery waits for the decisions
+                ctx.run.status = RunStatus.WAITING_APPROVAL
                 return latest
             failures = self._failures(ctx, plan, latest, attempt.version)
             if not failures:
@@ -1224,7 +1245,11 @@ class PlanExecuteAgent:
     async def _answer_if_missing(self, ctx: _RunCtx) -> None:
         """A failed run still gets an answer saying what was and was not found."""
         run = ctx.run
-        if run.answer is not None or run.status is RunStatus.SUCCEEDED or ctx.client is None:
+        if (
+            run.answer is not None
+            or run.status in (RunStatus.SUCCEEDED, RunStatus.WAITING_APPROVAL)
+            or ctx.client is None
+        ):
             return
         if not any(a.results for a in run.attempts):
             return

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentConfig",
+    "ApprovalSettings",
     "EvaluationSettings",
     "ExecutorSettings",
     "LimitSettings",
@@ -260,6 +261,29 @@ class EvaluationSettings(_Settings):
     """Characters of each step's output shown to the judge and the summarizer."""
 
 
+class ApprovalSettings(_Settings):
+    """Which steps need a person's decision before their tool is called (`planexec.approval`).
+
+    A step needs approval when the gate is on (``enabled``, or an ``approver`` callback
+    given to the agent or runtime), its tool is not in ``allow``, and the tool is in
+    ``tools`` or falls under one of ``require``. The person sees the resolved arguments.
+    """
+
+    enabled: bool = False
+    """Ask for approval (without a callback, a step that needs it pauses the run
+    ``WAITING_APPROVAL``). Giving an ``approver`` callback turns it on too."""
+    require: tuple[Literal["destructive", "unknown", "all"], ...] = ("destructive",)
+    """Which tools need approval: ``destructive`` (marked destructive), ``unknown`` (no
+    hint says read-only, nor whether it is destructive), ``all``."""
+    tools: tuple[str, ...] = ()
+    """Tools that always need approval (names or ``server.name``)."""
+    allow: tuple[str, ...] = ()
+    """Tools that never need approval (the allow-list; it wins over everything else)."""
+    max_edit_attempts: int = Field(default=3, ge=1)
+    """Edits refused by the tool's schema before the callback's step is deferred (the
+    callback is asked again with the validation errors each time)."""
+
+
 class AgentConfig(_Settings):
     """Every setting of a `PlanExecuteAgent`; the defaults are those of docs/recovery.md."""
 
@@ -277,6 +301,8 @@ class AgentConfig(_Settings):
     """Run limits."""
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     """Evaluation and the final answer."""
+    approval: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    """Human approval of steps (docs/approval.md)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> AgentConfig:

@@ -16,7 +16,8 @@ Exception tree::
     │   └── ModelTimeoutError   ... by exceeding its timeout
     ├── CircuitOpenError        a circuit breaker is open: the call failed fast
     ├── RunError                a run could not be started, resumed or found
-    │   └── RunNotFoundError
+    │   ├── RunNotFoundError
+    │   └── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
     ├── StoreError              the run store failed
     └── CassetteError           regression cassettes
         └── CassetteMissError   a request is not in the cassette (with a diff)
@@ -27,6 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "ApprovalError",
     "CassetteError",
     "CassetteMissError",
     "CircuitOpenError",
@@ -86,6 +88,9 @@ class ErrorKind(StrEnum):
     """Cancelled by the caller."""
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
     """A tool call started, its result was never recorded, and the tool is unsafe."""
+    REJECTED = "REJECTED"
+    """A person rejected a step that needed approval (`planexec.approval`): the tool was
+    not called; the planner must route around it, never retry the same call."""
     EVALUATION_FAILED = "EVALUATION_FAILED"
     """The evaluator judged the run unsuccessful."""
     OUTPUT_MISSING_STEP = "OUTPUT_MISSING_STEP"
@@ -149,6 +154,18 @@ class RunError(PlanexecError):
 
 class RunNotFoundError(RunError):
     """No run with that id is in the store."""
+
+
+class ApprovalError(RunError):
+    """An approval decision cannot be recorded.
+
+    The step is not waiting, or the edited arguments do not fit the tool's schema
+    (``problems`` lists the validation errors).
+    """
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class StoreError(PlanexecError):

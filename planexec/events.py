@@ -20,6 +20,8 @@ from planexec.plan import Plan
 from planexec.results import ResolutionMethod, Run, StepResult
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
     "ArgResolved",
     "Event",
     "EventBus",
@@ -102,6 +104,46 @@ class ToolCallStarted(Event):
     tool: str
     args: dict[str, Any]
     attempt: int = 1
+    plan_version: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequested(Event):
+    """A step's call needs a person's decision (`planexec.approval`).
+
+    Its arguments are resolved and checked; the tool is not called before a decision.
+    """
+
+    step_id: int
+    tool: str
+    args: dict[str, Any]
+    """The resolved arguments the tool would receive."""
+    resolution: dict[str, ResolutionMethod] = field(default_factory=dict)
+    """How each argument was resolved."""
+    reason: str = ""
+    """Why the step needs approval (the policy rule that matched)."""
+    server: str | None = None
+    plan_version: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalDecided(Event):
+    """A person decided on a step that needed approval (`planexec.approval`)."""
+
+    step_id: int
+    action: str
+    """``approve``, ``edit`` or ``reject`` (a deferral is not recorded: nothing was decided)."""
+    args: dict[str, Any] | None = None
+    """The arguments the tool is to be called with (edited ones merged in); None on a
+    rejection."""
+    edited: dict[str, Any] | None = None
+    """The arguments the person changed, as given."""
+    reason: str | None = None
+    """Why (required for a rejection)."""
+    by: str | None = None
+    """Who decided."""
+    decided_at: float | None = None
+    """When the decision was made (seconds since the epoch)."""
     plan_version: int = 1
 
 

@@ -13,9 +13,13 @@ For each step, in order:
    model, with the reasoning hook);
 4. the invariant — no argument holds a reference or a placeholder-looking string —
    checked right before the call (``RESOLUTION_FAILED`` otherwise);
-5. the ``guard`` hook (``LIMIT_EXCEEDED``), the tool's circuit breaker (its server's;
+5. the approval gate (`Approvals`, `planexec.approval`), when the step needs a
+   person's decision: approved (maybe with edited arguments), ``REJECTED``, or
+   ``WAITING_APPROVAL`` (the step waits with its resolved arguments, and so do the
+   steps that depend on it; everything else runs on);
+6. the ``guard`` hook (``LIMIT_EXCEEDED``), the tool's circuit breaker (its server's;
    a local tool's own) (``CIRCUIT_OPEN``);
-6. the tool call through the `ToolRunner`, bounded by its timeout, retried with
+7. the tool call through the `ToolRunner`, bounded by its timeout, retried with
    backoff and jitter only when the tool is safe (read-only or idempotent, not
    destructive). Exceptions, ``is_error`` results and error payloads are
    ``TOOL_ERROR``; a timeout is ``TOOL_TIMEOUT``; an empty output is ``EMPTY_OUTPUT``.
@@ -59,6 +63,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 from planexec._log import step_log
 from planexec._text import as_text as _as_text
 from planexec._text import cut as _cut
+from planexec.approval import ApprovalAction, ApprovalDecision
 from planexec.config import ExecutorSettings
 from planexec.errors import CircuitOpenError, ErrorKind, ModelError
 from planexec.events import (
@@ -96,6 +101,7 @@ if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tr
 
 __all__ = [
     "REUSED_NOTE",
+    "Approvals",
     "Executor",
     "Guard",
     "LocalToolRunner",
@@ -162,6 +168,23 @@ class ToolSelector(Protocol):
         feedback: StepError | None = None,
     ) -> ToolChoice | SelectionFailure:
         """Return the chosen tool with validated arguments, or why there is none."""
+        ...
+
+
+@runtime_checkable
+class Approvals(Protocol):
+    """Decides whether a step's call may go ahead (`planexec.approval.ApprovalGate`)."""
+
+    async def review(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        resolution: Mapping[str, ResolutionMethod],
+        *,
+        plan_version: int,
+    ) -> ApprovalDecision | None:
+        """None: no approval needed; else the decision (approve/edit carry the args)."""
         ...
 
 
@@ -324,6 +347,7 @@ class Executor:
         guard: Guard | None = None,
         runner: ToolRunner | None = None,
         trace: RunTrace | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         """Build an executor.
 
@@ -350,6 +374,8 @@ class Executor:
             runner: Makes tool calls (`LocalToolRunner` by default).
             trace: The run's trace (`planexec.tracing`): each round, step and tool call
                 is a callback run in it. None (untraced): no per-call configs at all.
+            approvals: The approval gate, asked before the guard and the call of each
+                tool step (None: no step needs approval).
         """
         if resolver is None:
             resolver = ArgResolver()
@@ -380,6 +406,8 @@ class Executor:
         """Answers reasoning steps (None: they are skipped)."""
         self.selector = selector
         """Chooses tools for steps naming an agent or server but no tool (None: they fail)."""
+        self.approvals = approvals
+        """The approval gate (None: no step needs approval)."""
         self.results: dict[int, StepResult] = {}
         """Every result known in the current run (prior ones included), by step id."""
         self.reused: set[int] = set()
@@ -555,6 +583,8 @@ class Executor:
                     await self._cancel_rest(to_run, running, order)
                     raise done_task.exception()  # type: ignore[misc]
                 order.append(done_sid)
+                if _waits(self.results.get(done_sid)):
+                    continue  # its dependents wait with it (approval)
                 for dep in dependents[done_sid]:
                     waiting[dep] -= 1
                     if waiting[dep] == 0:
@@ -574,7 +604,10 @@ class Executor:
             await self._cancel_rest(to_run, running, order)
         elif len(order) < len(steps):
             # Whatever is left waits on a dependency cycle.
-            await self._fail_cycle([s for s in to_run if s.id not in self.results], order)
+            held = _held(to_run, self.results)  # behind a step waiting for approval
+            await self._fail_cycle(
+                [s for s in to_run if s.id not in self.results and s.id not in held], order
+            )
         return [self.results[sid] for sid in order if sid in steps]
 
     # ------------------------------------------------------------------ scheduling
@@ -778,6 +811,8 @@ class Executor:
         args = dict(resolved.args)
         ctx.phase = "calling"
         self._check_invariant(step, args, spec)
+        if self.approvals is not None:
+            args = await self._approve(ctx, step, spec, args)
 
         if self.guard is not None:
             ctx.phase = "guard"
@@ -997,6 +1032,8 @@ class Executor:
         chosen = replace(step, tool=spec.name, server=spec.server, args={}, positional=())
         ctx.phase = "calling"
         self._check_invariant(chosen, args, spec)
+        if self.approvals is not None:
+            args = await self._approve(ctx, chosen, spec, args)
         if self.guard is not None:
             ctx.phase = "guard"
             message = self.guard(chosen, spec.name)
@@ -1006,6 +1043,44 @@ class Executor:
                 )
             ctx.phase = "calling"
         return await self._call(ctx, spec, args)
+
+    async def _approve(
+        self, ctx: _Ctx, step: Step, spec: ToolSpec, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Ask the approval gate; return the arguments to call with.
+
+        Raises:
+            _StepFailed: rejected (``REJECTED``) or deferred (``WAITING_APPROVAL``).
+        """
+        assert self.approvals is not None
+        ctx.phase = "approval"
+        decision = await self.approvals.review(
+            step, spec, args, ctx.resolution, plan_version=self._plan_version
+        )
+        ctx.phase = "calling"
+        if decision is None:
+            return args
+        who = f" by {decision.by}" if decision.by else ""
+        if decision.action is ApprovalAction.REJECT:
+            message = (
+                f"step {ctx.step.id}: tool {spec.name!r} not called: rejected{who}: "
+                f"{decision.reason}"
+            )
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.REJECTED,
+                message,
+                failure=StepError(ErrorKind.REJECTED, message, cause=decision.reason),
+            )
+        if decision.action is ApprovalAction.DEFER or decision.args is None:
+            note = f"waiting for approval: {decision.reason or 'no decision yet'}"
+            raise _StepFailed(
+                StepStatus.WAITING_APPROVAL, None, note, error=None, note=note, args=args
+            )
+        for name in decision.edited or {}:
+            ctx.resolution[name] = ResolutionMethod.EDITED
+        ctx.note = _join_note(ctx.note, f"approved{who}") if ctx.note else f"approved{who}"
+        return dict(decision.args)
 
     async def _reason(self, ctx: _Ctx, results: Mapping[int, StepResult]) -> StepResult:
         step = ctx.step
@@ -1305,6 +1380,24 @@ def _non_finite(value: Any) -> str | None:
         elif isinstance(item, list | tuple):
             stack.extend(item)
     return None
+
+
+def _waits(result: StepResult | None) -> bool:
+    return result is not None and result.status is StepStatus.WAITING_APPROVAL
+
+
+def _held(steps: list[Step], results: Mapping[int, StepResult]) -> set[int]:
+    """The steps without a result that depend, directly or not, on a waiting step."""
+    blocked = {sid for sid, r in results.items() if _waits(r)}
+    held: set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for s in steps:
+            if s.id not in results and s.id not in held and _deps(s) & (blocked | held):
+                held.add(s.id)
+                grew = True
+    return held
 
 
 def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:

@@ -14,7 +14,9 @@ docs/recovery.md, overridable per kind. `RecoveryPolicy.decide` applies the tabl
   re-resolution changes a literal;
 - the early re-plan: when the same argument of the same tool fails the same way twice
   in the same plan, ``REPLAN`` instead of spending the rest of the re-resolution budget
-  (counted per plan version: a new plan's step is re-resolved first).
+  (counted per plan version: a new plan's step is re-resolved first);
+- ``REJECTED`` (a person rejected the call, `planexec.approval`) is never retried nor
+  re-resolved: an override to ``RETRY_STEP`` or ``RERESOLVE`` re-plans instead.
 
 Every rule reads the typed fields of a `Failure` (kind, arguments, upstream step,
 safety, attempts), never its message: messages are for people.
@@ -84,6 +86,7 @@ DEFAULT_POLICY: Mapping[ErrorKind, Action] = {
     ErrorKind.LIMIT_EXCEEDED: Action.STOP,
     ErrorKind.CANCELLED: Action.STOP,
     ErrorKind.UNKNOWN_OUTCOME: Action.STOP,
+    ErrorKind.REJECTED: Action.REPLAN,  # the reason goes to the planner; never retried
     ErrorKind.EVALUATION_FAILED: Action.REPLAN,
     ErrorKind.OUTPUT_MISSING_STEP: Action.REPLAN,
     ErrorKind.OUTPUT_ARGS_MISSING: Action.REPLAN,
@@ -299,6 +302,13 @@ class RecoveryPolicy:
         key = (failure.plan_version, failure.step_id if failure.step_id is not None else -1)
         reason = f"{kind} at {where}{tool}: policy {kind} → {action}"
         by_table = True  # the reason is still the table's own
+        if kind is ErrorKind.REJECTED and action in (Action.RETRY_STEP, Action.RERESOLVE):
+            by_table = False
+            action = Action.REPLAN
+            reason = (
+                f"{kind} at {where}{tool}: a person rejected the call; it is never made "
+                "again as it was, so re-planning with the reason"
+            )
 
         if action is Action.RERESOLVE:
             by_table = False

@@ -47,6 +47,9 @@ class StepStatus(StrEnum):
     SKIPPED = "SKIPPED"
     """Not run on purpose (e.g. a reasoning step without a model); the note says why."""
     CANCELLED = "CANCELLED"
+    WAITING_APPROVAL = "WAITING_APPROVAL"
+    """Not run yet: its call needs a person's decision (`planexec.approval`); its resolved
+    arguments are in ``args``. Neither a success nor a failure."""
 
 
 class ResolutionMethod(StrEnum):
@@ -62,6 +65,8 @@ class ResolutionMethod(StrEnum):
     LLM = "llm"
     SELECTED = "selected"
     """Filled by tool selection (a step naming an agent or server but no tool)."""
+    EDITED = "edited"
+    """Replaced by a person's approval decision (`planexec.approval`)."""
 
 
 MAX_JSON_DEPTH = 100
@@ -455,6 +460,10 @@ class RunStatus(StrEnum):
     INCOMPLETE = "INCOMPLETE"
     """The plan was cut off (the planner's reply ends inside a step): what was complete
     ran, the rest of the plan is missing. Never a success."""
+    WAITING_APPROVAL = "WAITING_APPROVAL"
+    """Paused: steps wait for a person's decision (`planexec.approval`); everything that
+    could run without one ran. ``planexec runs approve|reject`` then ``runs resume``
+    continue it. Neither a success nor a failure."""
 
 
 @dataclass

@@ -35,6 +35,12 @@ config:
 - `StampedStore`: a store wrapper that adds settings (the tool source) to the config of
   every ``RunStarted`` it records, for runs whose ``RunStarted`` the agent emits.
 
+**Approvals** (docs/approval.md): `waiting_steps` lists a paused run's steps waiting
+for a decision, `decide_step` records one (approve, edit, reject) as an
+``ApprovalDecided`` event, and `resume_run` hands the recorded decisions to the resumed
+run's approval gate, which applies them without asking (a waiting step is pending: it
+runs again, and its call uses the approved arguments).
+
 `run_from_store` (rebuild a `Run` from its record) is pure reading: it lives in
 `planexec.store.reading` and is re-exported here.
 """
@@ -51,7 +57,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planexec._log import run_log, step_log
-from planexec.errors import ErrorKind, RunError
+from planexec.approval import (
+    ApprovalAction,
+    ApprovalDecision,
+    ApprovalRequest,
+    apply_edit,
+    decided_event,
+    pending_approvals,
+    recorded_decisions,
+)
+from planexec.errors import ApprovalError, ErrorKind, RunError
 from planexec.events import (
     Event,
     EventBus,
@@ -79,6 +94,7 @@ __all__ = [
     "StampedStore",
     "catalog_is_safe",
     "continue_run",
+    "decide_step",
     "execute_recorded",
     "first_failure",
     "force_hint",
@@ -87,6 +103,8 @@ __all__ = [
     "resume_run",
     "run_from_store",
     "tool_source",
+    "waiting_request",
+    "waiting_steps",
 ]
 
 # ------------------------------------------------------------------------- resume
@@ -379,7 +397,9 @@ async def continue_run(
     cut = cut_off(rp.plan)  # a cut-off plan never ends SUCCEEDED
     unrunnable = cut.unrunnable if cut is not None else ()
     failed = [r for r in results if not r.ok and r.step_id not in unrunnable]
-    if failed:
+    if any(r.status is StepStatus.WAITING_APPROVAL for r in results):
+        await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.WAITING_APPROVAL)))
+    elif failed:
         first = failed[0]
         await bus.emit(RunFinished(run_id=run_id, status=str(RunStatus.FAILED),
                                    error=first.error or f"step {first.step_id} {first.status}"))
@@ -459,6 +479,7 @@ async def resume_run(
             prior=_prior_with_earlier_versions(store, run_id, rp),
             announce=_announcement(rp),
             event_handlers=handlers,
+            decisions=recorded_decisions(store.events(run_id)),
         )
     if handlers:  # the agent flushes its own store; this one is only subscribed
         await store.flush()
@@ -485,6 +506,99 @@ def _prior_with_earlier_versions(
             prior[rs.result.step_id] = rs.result
     prior.update(rp.prior)
     return prior
+
+# ---------------------------------------------------------------------- approvals
+
+_DECIDABLE = (RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED)
+"""Run statuses a decision may be recorded in (a run killed while it waited is
+INTERRUPTED: its request is on record)."""
+
+
+def waiting_steps(store: RunStore, run_id: str) -> list[ApprovalRequest]:
+    """The steps of a run waiting for a decision: requests no recorded decision answers.
+
+    Raises:
+        RunNotFoundError: no such run.
+    """
+    store.get_run(run_id)
+    return pending_approvals(store.events(run_id))
+
+
+def waiting_request(store: RunStore, run_id: str, step_id: int) -> ApprovalRequest:
+    """The request step ``step_id`` of ``run_id`` waits on (its latest plan version).
+
+    Raises:
+        RunNotFoundError: no such run.
+        ApprovalError: the run is not paused, or the step does not wait for a decision.
+    """
+    record = store.get_run(run_id)
+    if record.status not in _DECIDABLE:
+        raise ApprovalError(
+            f"run {run_id} is {record.status.value}, not waiting for approval: no decision "
+            "can be recorded"
+        )
+    waiting = waiting_steps(store, run_id)
+    found = [r for r in waiting if r.step_id == step_id]
+    if not found:
+        shown = ", ".join(f"step {r.step_id} ({r.tool})" for r in waiting) or "none"
+        raise ApprovalError(
+            f"step {step_id} of run {run_id} is not waiting for approval (waiting: {shown})"
+        )
+    return found[-1]
+
+
+async def decide_step(
+    store: RunStore,
+    run_id: str,
+    step_id: int,
+    decision: ApprovalDecision,
+    *,
+    catalog: Any = None,
+) -> ApprovalDecision:
+    """Record a person's decision about a waiting step (``planexec runs approve|reject``).
+
+    The decision is an `planexec.events.ApprovalDecided` event in the run's record,
+    committed and flushed before this returns; `resume_run` applies it. An approval
+    records the arguments the tool will be called with: the resolved ones, with the
+    edits merged in (validated against the tool's schema, from ``catalog``).
+
+    Returns:
+        The decision as recorded (``args`` filled in).
+
+    Raises:
+        RunNotFoundError: no such run.
+        ApprovalError: the step does not wait; an edit without a catalog, for a tool
+            the catalog lacks, or that does not fit the schema (``problems``).
+        ValueError: a ``defer`` decision (nothing to record).
+    """
+    request = waiting_request(store, run_id, step_id)
+    final: dict[str, Any] | None = None
+    if decision.action is ApprovalAction.DEFER:
+        raise ValueError("a deferral records nothing: the step already waits")
+    if decision.action is ApprovalAction.APPROVE:
+        final = dict(request.args)
+    elif decision.action is ApprovalAction.EDIT:
+        spec = catalog.lookup(request.tool, request.server) if catalog is not None else None
+        if spec is None:
+            raise ApprovalError(
+                f"step {step_id}: edited arguments are checked against the schema of tool "
+                f"{request.tool!r}, which is not among the tools given"
+            )
+        final, problems = apply_edit(spec, request.args, decision.edited or {})
+        if final is None:
+            raise ApprovalError(
+                f"step {step_id}: the edited arguments do not fit the schema of tool "
+                f"{request.tool!r}: {'; '.join(problems)}; nothing was recorded",
+                problems,
+            )
+    decided = dataclasses.replace(decision, args=final)
+    run_log(run_id).info(
+        "step {}: decision recorded: {} by {}", step_id, decided.action, decided.by or "?"
+    )
+    await store.handle(decided_event(run_id, step_id, request.plan_version, decided))
+    await store.flush()
+    return decided
+
 
 # ------------------------------------------------------------- recorded execution
 
@@ -641,6 +755,8 @@ async def _execute_recorded(
         if executor.cancelled:  # by the caller, or by executor.run_timeout (its reason)
             status = RunStatus.CANCELLED
             error = executor.cancel_reason or "the run was cancelled by the caller"
+        elif any(r.status is StepStatus.WAITING_APPROVAL for r in results):
+            status, error = RunStatus.WAITING_APPROVAL, None  # paused, never a success
         elif failed is not None:
             status = RunStatus.FAILED
             error = failed.error or f"step {failed.step_id} {failed.status.value}"

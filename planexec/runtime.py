@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from langchain_core.callbacks import Callbacks
@@ -40,6 +41,7 @@ from langchain_core.runnables import RunnableConfig
 
 from planexec._log import run_log
 from planexec._models import ModelClient
+from planexec.approval import ApprovalDecision, ApprovalGate, ApprovalPolicy, Approver
 from planexec.config import AgentConfig, ExecutorSettings
 from planexec.errors import ConfigError
 from planexec.events import EventBus
@@ -119,6 +121,7 @@ class Runtime:
         breakers: BreakerRegistry | None = None,
         runner: ToolRunner | None = None,
         callbacks: Callbacks = None,
+        approver: Approver | None = None,
     ) -> None:
         """Assemble a runtime.
 
@@ -132,6 +135,8 @@ class Runtime:
             runner: How tools are called (by default from ``executor.backend``).
             callbacks: langchain callback handlers that see every traced run (see
                 `start_trace`).
+            approver: The in-process approval callback (`planexec.approval`); giving
+                one turns approval on even when ``approval.enabled`` is false.
 
         Raises:
             ConfigError: the config names tools that are not in the catalog (see
@@ -158,6 +163,8 @@ class Runtime:
         """How tools are called (`LocalToolRunner`, or Ray's with ``backend = "ray"``)."""
         self.callbacks: Callbacks = callbacks
         """Callback handlers of every run (`start_trace`)."""
+        self.approver = approver
+        """The in-process approval callback, if any."""
 
     def check_tool_names(self, catalog: ToolCatalog | None = None) -> None:
         """Reject tool names in limits and timeouts that name no tool of the catalog.
@@ -179,6 +186,8 @@ class Runtime:
         named += [
             (f"executor.tool_output_limits[{n!r}]", n) for n in cfg.executor.tool_output_limits
         ]
+        named += [(f"approval.tools[{n!r}]", n) for n in cfg.approval.tools]
+        named += [(f"approval.allow[{n!r}]", n) for n in cfg.approval.allow]
         problems: list[str] = []
         down = getattr(catalog, "unavailable", None) or {}
         for key, name in named:
@@ -274,6 +283,30 @@ class Runtime:
             config, self.callbacks, run_id=run_id, inputs={"question": question}
         )
 
+    def approval_gate(
+        self,
+        *,
+        bus: EventBus,
+        run_id: str,
+        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
+    ) -> ApprovalGate | None:
+        """The run's approval gate (`planexec.approval.ApprovalGate`).
+
+        None unless ``approval.enabled``, an ``approver`` or recorded ``decisions`` ask
+        for one.
+        """
+        settings = self.config.approval
+        if not (settings.enabled or self.approver is not None or decisions):
+            return None
+        return ApprovalGate(
+            ApprovalPolicy.from_settings(settings),
+            self.approver,
+            bus=bus,
+            run_id=run_id,
+            decisions=decisions,
+            max_edit_attempts=settings.max_edit_attempts,
+        )
+
     def open_run(
         self,
         *,
@@ -283,6 +316,7 @@ class Runtime:
         question: str = "",
         catalog: ToolCatalog | None = None,
         trace: RunTrace | None = None,
+        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
     ) -> RunServices:
         """Assemble one run: its client, resolver, reasoner, limits and executor.
 
@@ -296,6 +330,9 @@ class Runtime:
             trace: The run's trace (`planexec.tracing.start_trace`), when the caller
                 traces: the client parents each model call in it, the executor each
                 round, step and tool call. None: untraced, today's plain call path.
+            decisions: Approval decisions already recorded for the run, by
+                ``(plan_version, step_id)`` (`planexec.approval.recorded_decisions`):
+                the run's approval gate applies them without asking.
 
         Returns:
             The run's services; ``executor`` runs its plans.
@@ -322,5 +359,6 @@ class Runtime:
             guard=limit_guard(limits, catalog),
             runner=self.runner,
             trace=trace,
+            approvals=self.approval_gate(bus=bus, run_id=run_id, decisions=decisions),
         )
         return RunServices(client, resolver, reasoner, limits, executor)

@@ -77,6 +77,7 @@ STEP_STYLES: dict[StepStatus, str] = {
     StepStatus.BLOCKED: "yellow",
     StepStatus.SKIPPED: "cyan",
     StepStatus.CANCELLED: "magenta",
+    StepStatus.WAITING_APPROVAL: "blue",
 }
 """The rich style of each step status (statuses not listed have none)."""
 

@@ -46,7 +46,12 @@ from planexec.commands._display import STEP_STYLES, to_json
 from planexec.commands._display import console as display_console
 from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
-from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
+from planexec.commands.runs import (
+    add_store_arguments,
+    recorded_message,
+    store_from_args,
+    waiting_message,
+)
 from planexec.config import AgentConfig, load_config
 from planexec.errors import PlanParseError
 from planexec.events import EventBus
@@ -54,7 +59,7 @@ from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
 from planexec.planner import cut_off
-from planexec.results import StepResult, Usage, new_run_id
+from planexec.results import StepResult, StepStatus, Usage, new_run_id
 from planexec.runs import (
     TOOL_SOURCE_KEY,
     execute_recorded,
@@ -126,8 +131,14 @@ def _usage_dict(usage: Usage) -> dict[str, Any]:
     return data
 
 
+WAITING_EXIT = 3
+"""The exit code of a run paused ``WAITING_APPROVAL`` (neither a success nor a failure)."""
+
+
 def _exit_code(results: list[StepResult], plan: Plan | None = None) -> int:
     incomplete = plan is not None and cut_off(plan) is not None  # run INCOMPLETE
+    if any(r.status is StepStatus.WAITING_APPROVAL for r in results):
+        return WAITING_EXIT
     return 1 if first_failure(results) is not None or incomplete else 0
 
 
@@ -218,6 +229,9 @@ def run_command(args: argparse.Namespace) -> int:
         _print_table(plan, results, usage)
     if store is not None:
         print(recorded_message(args, run_id), file=sys.stderr)
+        waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
+        if waiting:
+            print(waiting_message(args, run_id, waiting), file=sys.stderr)
     return _exit_code(results, plan)
 
 

@@ -8,6 +8,9 @@
 - ``planexec runs resume RUN_ID [--rerun-unsafe] [--force] [--tools MODULE:ATTR]
   [--mcp-config FILE] [--model SPEC]``: continue an interrupted run (see
   `planexec.runs`) with the tools it recorded, unless told otherwise.
+- ``planexec runs approve RUN_ID STEP [--args JSON] [--by NAME]`` and ``planexec runs
+  reject RUN_ID STEP --reason TEXT [--by NAME]``: record a decision about a step of a
+  run paused ``WAITING_APPROVAL`` (docs/approval.md); ``runs resume`` then continues it.
 - ``planexec runs export RUN_ID``: everything recorded, as one JSON document.
 - ``planexec runs timeline RUN_ID --out FILE.html|FILE.png``: one bar per step on a
   time axis, coloured by status; a reused step is a thin ``REUSED`` marker where it was
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import getpass
 import html
 import os
 import shlex
@@ -66,10 +70,15 @@ STATUS_COLORS = {
     "IN_FLIGHT": "#757575",
     "REUSED": "#bdbdbd",
     "PLANNER": "#1565c0",
+    "WAITING_APPROVAL": "#ef6c00",
+    "APPROVED": "#66bb6a",
+    "EDITED": "#26a69a",
+    "REJECTED": "#d84315",
 }
 """Bar colour by step status (``IN_FLIGHT``: a call started with no recorded result;
 ``REUSED``: a step whose earlier result was reused, not run again; ``PLANNER``: a call of
-the planner's model)."""
+the planner's model; ``APPROVED``, ``EDITED``, ``REJECTED``: a person's decision about a
+step that needed approval)."""
 
 
 # ---------------------------------------------------------------------- store options
@@ -149,6 +158,8 @@ def register(subparsers: Any) -> None:
     add_store_arguments(show, allow_disable=False)
     show.set_defaults(func=cmd_show)
 
+    _register_decisions(sub)
+
     res = sub.add_parser(
         "resume",
         help="continue an interrupted run without re-running finished steps",
@@ -192,6 +203,38 @@ def register(subparsers: Any) -> None:
     )
     add_store_arguments(tl, allow_disable=False)
     tl.set_defaults(func=cmd_timeline)
+
+
+def _register_decisions(sub: Any) -> None:
+    """Add ``runs approve`` and ``runs reject``."""
+    ap = sub.add_parser(
+        "approve",
+        help="approve a step waiting for approval (optionally with edited arguments)",
+        description="Record an approval of a step of a run paused WAITING_APPROVAL; "
+        "`planexec runs resume RUN_ID` then calls its tool with the approved arguments. "
+        "--args replaces the named arguments (checked against the tool's schema).",
+    )
+    ap.add_argument("run_id", metavar="RUN_ID")
+    ap.add_argument("step", type=int, metavar="STEP", help="the step number")
+    ap.add_argument("--args", metavar="JSON", help="edited arguments, a JSON object")
+    ap.add_argument("--by", metavar="NAME", help="who decides (default: the user name)")
+    add_tool_arguments(ap)
+    add_store_arguments(ap, allow_disable=False)
+    ap.set_defaults(func=cmd_approve)
+
+    rj = sub.add_parser(
+        "reject",
+        help="reject a step waiting for approval, with a reason",
+        description="Record a rejection of a step of a run paused WAITING_APPROVAL: its "
+        "tool is never called; on resume the step fails REJECTED and the planner is told "
+        "the reason.",
+    )
+    rj.add_argument("run_id", metavar="RUN_ID")
+    rj.add_argument("step", type=int, metavar="STEP", help="the step number")
+    rj.add_argument("--reason", required=True, metavar="TEXT", help="why (the planner sees it)")
+    rj.add_argument("--by", metavar="NAME", help="who decides (default: the user name)")
+    add_store_arguments(rj, allow_disable=False)
+    rj.set_defaults(func=cmd_reject)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -250,12 +293,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"no runs{what}")
         return 0
     dead_letter = any(r.error for r in records)
-    header = f"{'RUN_ID':<14} {'STATUS':<11} {'STARTED (UTC)':<19} {'TIME':>8} {'OK':>6}  "
+    header = f"{'RUN_ID':<14} {'STATUS':<16} {'STARTED (UTC)':<19} {'TIME':>8} {'OK':>6}  "
     header += "QUESTION" if not dead_letter else f"{'QUESTION':<32} REASON"
     print(header)
     for r in records:
         line = (
-            f"{r.run_id:<14} {r.status.value:<11} {_when(r.created_at):<19} "
+            f"{r.run_id:<14} {r.status.value:<16} {_when(r.created_at):<19} "
             f"{_seconds(_duration(r)):>8} {_steps_cell(r):>6}  "
         )
         if dead_letter:
@@ -264,15 +307,90 @@ def cmd_list(args: argparse.Namespace) -> int:
         else:
             line += snippet(r.question, 60)
         print(line.rstrip())
+    _print_waiting(args, records)
     return 0
+
+
+def _print_waiting(args: argparse.Namespace, records: list[RunRecord]) -> None:
+    """Under the list: each paused run's steps waiting for a decision."""
+    paused = [r for r in records if r.status is RunStatus.WAITING_APPROVAL]
+    if not paused:
+        return
+    from planexec.runs import waiting_steps
+
+    store = open_store(args.store)
+    try:
+        for r in paused:
+            waiting = waiting_steps(store, r.run_id)
+            print(waiting_message(args, r.run_id, [w.step_id for w in waiting]))
+    finally:
+        store.close()
+
+
+def waiting_message(args: argparse.Namespace, run_id: str, steps: list[int]) -> str:
+    """The lines that tell which steps of a run wait for approval and how to decide.
+
+    Args:
+        args: the parsed options of `add_store_arguments` (``--store`` is repeated).
+        run_id: the run.
+        steps: the waiting steps.
+    """
+    where = f" --store {shlex.quote(args.store)}" if getattr(args, "store", None) else ""
+    which = ", ".join(str(s) for s in steps) or "-"
+    first = steps[0] if steps else "STEP"
+    return (
+        f"run {run_id} waits for approval of step(s) {which}: "
+        f"planexec runs approve {run_id} {first}{where} [--args JSON] | "
+        f"planexec runs reject {run_id} {first} --reason TEXT{where}; "
+        f"then planexec runs resume {run_id}{where}"
+    )
 
 
 # ---------------------------------------------------------------------- show
 
 
+def _approvals(store: RunStore, run_id: str) -> dict[str, Any]:
+    """A run's approval requests still waiting, and every decision recorded."""
+    from planexec.runs import waiting_steps
+
+    decisions = [
+        {k: e.get(k) for k in ("plan_version", "step_id", "action", "args", "edited",
+                               "reason", "by", "decided_at")}
+        for e in store.events(run_id)
+        if e.get("type") == "ApprovalDecided"
+    ]
+    return {
+        "waiting": [r.to_dict() for r in waiting_steps(store, run_id)],
+        "decisions": decisions,
+    }
+
+
+def _print_approvals(data: dict[str, Any]) -> None:
+    approvals = data.get("approvals") or {}
+    if approvals.get("waiting"):
+        print("\nwaiting for approval:")
+        for w in approvals["waiting"]:
+            how = ", ".join(f"{k}={v}" for k, v in w["resolution"].items()) or "-"
+            print(f"  v{w['plan_version']} #{w['step_id']} {w['tool']}: {w['reason']}")
+            print(f"      args: {snippet(to_json(w['args'], ensure_ascii=False), 200)}")
+            print(f"      resolved: {how}")
+    if approvals.get("decisions"):
+        print("\napproval decisions:")
+        for d in approvals["decisions"]:
+            edited = (
+                f" edited {to_json(d['edited'], ensure_ascii=False)}" if d.get("edited") else ""
+            )
+            why = f": {d['reason']}" if d.get("reason") else ""
+            print(
+                f"  v{d['plan_version']} #{d['step_id']} {d['action']} by {d.get('by') or '?'} "
+                f"at {_when(d.get('decided_at'))} UTC{edited}{why}"
+            )
+
+
 def _show_data(store: RunStore, run_id: str) -> dict[str, Any]:
     record = store.get_run(run_id)
     return {
+        "approvals": _approvals(store, run_id),
         "run": record.to_dict(),
         "plans": [p.to_dict() for p in store.plans(run_id)],
         "steps": [s.to_dict() for s in store.step_results(run_id)],
@@ -353,6 +471,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         for c in data["calls_without_result"]:
             print(f"  v{c['plan_version']} #{c['step_id']} {c['tool']} (attempt {c['attempt']}) "
                   f"at {_when(c['ts'])} UTC")
+    _print_approvals(data)
     return 0
 
 
@@ -451,6 +570,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     print(f"run {run.run_id}: {run.status.value}")
     if run.answer:
         print(run.answer)
+    if run.status is RunStatus.WAITING_APPROVAL:
+        waiting = [r.step_id for r in run.results if r.status is StepStatus.WAITING_APPROVAL]
+        print(waiting_message(args, run.run_id, waiting), file=sys.stderr)
+        return 3
     if run.status is not RunStatus.SUCCEEDED:
         print(f"planexec: {run.error or 'the run did not succeed'}", file=sys.stderr)
         return 1
@@ -494,6 +617,90 @@ async def _resume(
             allow_running=args.force,
         )
         return 0, run
+
+
+# ---------------------------------------------------------------------- approvals
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment
+        return "cli"
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs approve``."""
+    import json
+
+    from planexec.approval import ApprovalDecision
+
+    edits: dict[str, Any] | None = None
+    if args.args is not None:
+        try:
+            edits = json.loads(args.args)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--args is not JSON: {exc}") from exc
+        if not isinstance(edits, dict):
+            raise ConfigError("--args must be a JSON object of argument names to values")
+    who = _who(args)
+    decision = (
+        ApprovalDecision.edit(edits, by=who) if edits else ApprovalDecision.approve(by=who)
+    )
+    store = open_store(args.store)
+    try:
+        if edits:  # the edit is checked against the tool's schema: the run's tools
+            _resume_tool_options(args, store.get_run(args.run_id))
+        recorded = run_interruptible(_decide(args, store, decision, with_tools=bool(edits)))[1]
+    finally:
+        store.close()
+    if recorded is None:
+        return 1
+    print(
+        f"run {args.run_id} step {args.step}: {recorded.action} by {who}, args "
+        f"{to_json(recorded.args, ensure_ascii=False)}; continue with: planexec runs resume "
+        f"{args.run_id}" + (f" --store {shlex.quote(args.store)}" if args.store else "")
+    )
+    return 0
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs reject``."""
+    from planexec.approval import ApprovalDecision
+
+    who = _who(args)
+    store = open_store(args.store)
+    try:
+        decision = ApprovalDecision.reject(args.reason, by=who) if args.reason.strip() else None
+        if decision is None:
+            raise ConfigError("--reason must say why (the planner is told it)")
+        recorded = run_interruptible(_decide(args, store, decision, with_tools=False))[1]
+    finally:
+        store.close()
+    if recorded is None:
+        return 1
+    print(
+        f"run {args.run_id} step {args.step}: rejected by {who}: {args.reason}; continue "
+        f"with: planexec runs resume {args.run_id}"
+        + (f" --store {shlex.quote(args.store)}" if args.store else "")
+    )
+    return 0
+
+
+async def _decide(
+    args: argparse.Namespace, store: RunStore, decision: Any, *, with_tools: bool
+) -> tuple[int, Any]:
+    from planexec.runs import decide_step
+    from planexec.tools import ToolCatalog
+
+    if not with_tools:
+        return 0, await decide_step(store, args.run_id, args.step, decision)
+    async with open_tools(args) as tools:
+        return 0, await decide_step(
+            store, args.run_id, args.step, decision, catalog=ToolCatalog(tools)
+        )
 
 
 # ---------------------------------------------------------------------- timeline
@@ -584,8 +791,31 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
                 detail="" if ok else "the call failed",
             )
         )
+    bars += _decision_bars(store, run_id, t0)
     bars.sort(key=lambda b: (b.start, b.label))
     return record, bars
+
+
+def _decision_bars(store: RunStore, run_id: str, t0: float) -> list[TimelineBar]:
+    """One marker per recorded approval decision, at the time it was made."""
+    names = {"approve": "APPROVED", "edit": "EDITED", "reject": "REJECTED"}
+    bars = []
+    for e in store.events(run_id):
+        if e.get("type") != "ApprovalDecided":
+            continue
+        action = str(e.get("action"))
+        edited = f", edited {to_json(e.get('edited'))}" if e.get("edited") else ""
+        why = f": {e['reason']}" if e.get("reason") else ""
+        bars.append(
+            TimelineBar(
+                label=f"v{e.get('plan_version', 1)} #{e.get('step_id')} decision",
+                start=max(0.0, float(e.get("decided_at") or e.get("ts") or t0) - t0),
+                duration=0.0,
+                status=names.get(action, action.upper()),
+                detail=f"{action} by {e.get('by') or '?'}{edited}{why}",
+            )
+        )
+    return bars
 
 
 def _tick_step(span: float) -> float:

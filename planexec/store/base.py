@@ -42,7 +42,7 @@ EXPORT_FORMAT = "planexec.run/1"
 
 CHECKPOINT_EVENTS = frozenset(
     {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "RecoveryDecided",
-     "RunFinished"}
+     "RunFinished", "ApprovalRequested", "ApprovalDecided"}
 )
 """Events that are committed before `RunStore.handle` returns.
 

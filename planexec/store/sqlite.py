@@ -143,7 +143,7 @@ _MAX_BUFFERED = 256
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
 
-FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished"})
+FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished", "ApprovalDecided"})
 """Events whose commit is flushed to disk in the ``"calls"`` durability mode.
 
 Losing a ``ToolCallStarted`` to an OS crash would let resume call an unsafe tool again
