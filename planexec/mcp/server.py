@@ -8,7 +8,13 @@ JSON schemas for its input and its output:
   matches) and missing required arguments, checked against the tool catalog;
 - ``execute_plan``: plan text → step results, with a progress notification per step;
 - ``ask``: a question → the answer and a run summary (needs a model);
-- ``get_run``: a recorded run from the run store, its step results a page at a time.
+- ``get_run``: a recorded run from the run store, its step results a page at a time;
+- ``approve_step`` / ``reject_step`` / ``resume_run``: decide about the steps of a run
+  paused ``WAITING_APPROVAL`` and continue it (docs/approval.md). With approval on
+  (``approval.enabled`` in the config), ``execute_plan`` and ``ask`` never block on a
+  person: they return the run paused, with ``pending_approval`` (each waiting step, its
+  resolved arguments and how each was resolved). These tools see the same runs as
+  ``get_run``.
 
 With ``expose_tools=True`` it also re-exposes the underlying tools themselves
 (`expose_tool`), with their input schemas and safety hints as MCP annotations.
@@ -70,9 +76,11 @@ __all__ = [
     "PLANEXEC_TOOLS",
     "AskResult",
     "DiagnosticOut",
+    "DecisionResult",
     "ExecutePlanResult",
     "GetRunResult",
     "ParsePlanResult",
+    "PendingApprovalOut",
     "StepResultOut",
     "ValidatePlanResult",
     "allowed_hosts_for",
@@ -85,7 +93,16 @@ __all__ = [
     "tools_server",
 ]
 
-PLANEXEC_TOOLS = ("parse_plan", "validate_plan", "execute_plan", "ask", "get_run")
+PLANEXEC_TOOLS = (
+    "parse_plan",
+    "validate_plan",
+    "execute_plan",
+    "ask",
+    "get_run",
+    "approve_step",
+    "reject_step",
+    "resume_run",
+)
 """The names of the tools planexec itself exposes."""
 
 MAX_PLAN_CHARS = 200_000
@@ -139,6 +156,19 @@ Limit = Annotated[
                "they would exceed the result size budget).")
 ]
 """The ``limit`` input of ``get_run``."""
+StepNumber = Annotated[int, Field(ge=0, description="The step's number in the run's plan.")]
+"""The ``step`` input of ``approve_step`` and ``reject_step``."""
+EditedArgs = Annotated[
+    dict[str, Any] | None,
+    Field(description="Edited arguments: they replace the resolved arguments of the same "
+          "names (checked against the tool's schema). Omit to approve as resolved."),
+]
+"""The ``args`` input of ``approve_step``."""
+DecidedBy = Annotated[str, Field(description="Who decides (recorded with the decision).")]
+"""The ``by`` input of ``approve_step`` and ``reject_step``."""
+Reason = Annotated[str, Field(min_length=1, description="Why the step is rejected (the "
+                              "planner is told).")]
+"""The ``reason`` input of ``reject_step``."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -199,6 +229,20 @@ class StepResultOut(BaseModel):
     error_kind: str | None = Field(default=None, description="The failure's kind.")
 
 
+class PendingApprovalOut(BaseModel):
+    """A step waiting for a person's decision (approve_step / reject_step)."""
+
+    step_id: int = Field(description="The step's number.")
+    plan_version: int = Field(default=1, description="The plan version of the step.")
+    tool: str = Field(description="The tool that would be called.")
+    args: dict[str, Any] = Field(description="The resolved arguments it would receive.")
+    resolution: dict[str, str] = Field(
+        default_factory=dict,
+        description="How each argument was resolved: literal, reference, path, llm, ...",
+    )
+    reason: str = Field(default="", description="Why the step needs approval.")
+
+
 class ExecutePlanResult(BaseModel):
     """The results of executing a plan (the first page of them for a large plan)."""
 
@@ -225,13 +269,25 @@ class ExecutePlanResult(BaseModel):
         description="Model calls by purpose (each attempt of a retried call counts), "
         "tokens, tool calls, wall time.",
     )
+    status: str = Field(
+        default="",
+        description="The run's status: SUCCEEDED, FAILED, CANCELLED, INCOMPLETE or "
+        "WAITING_APPROVAL (then see pending_approval).",
+    )
+    pending_approval: list[PendingApprovalOut] = Field(
+        default_factory=list,
+        description="Steps waiting for a decision (approve_step / reject_step, then "
+        "resume_run); empty unless status is WAITING_APPROVAL.",
+    )
 
 
 class AskResult(BaseModel):
     """A question answered by a plan-and-execute run."""
 
     run_id: str = Field(description="The run's id.")
-    status: str = Field(description="SUCCEEDED, FAILED or CANCELLED.")
+    status: str = Field(
+        description="SUCCEEDED, FAILED, CANCELLED, INCOMPLETE or WAITING_APPROVAL."
+    )
     answer: str | None = Field(description="The answer, if any.")
     error: str | None = Field(default=None, description="Why the run failed, if it did.")
     plans: int = Field(description="How many plans were tried.")
@@ -244,6 +300,26 @@ class AskResult(BaseModel):
         description="True when results holds only the first ones: get_run pages through all.",
     )
     usage: dict[str, Any] = Field(description="Model calls, tokens, tool calls, wall time.")
+    pending_approval: list[PendingApprovalOut] = Field(
+        default_factory=list,
+        description="Steps waiting for a decision (approve_step / reject_step, then "
+        "resume_run); empty unless status is WAITING_APPROVAL.",
+    )
+
+
+class DecisionResult(BaseModel):
+    """A decision recorded about a step waiting for approval."""
+
+    run_id: str = Field(description="The run.")
+    step_id: int = Field(description="The step.")
+    action: str = Field(description="approve, edit or reject.")
+    args: dict[str, Any] | None = Field(
+        default=None, description="The arguments the tool will be called with (null on reject)."
+    )
+    by: str | None = Field(default=None, description="Who decided.")
+    pending_approval: list[PendingApprovalOut] = Field(
+        default_factory=list, description="Steps of the run still waiting for a decision."
+    )
 
 
 class GetRunResult(BaseModel):
@@ -444,6 +520,34 @@ def _literal_arg_errors(plan: Plan, catalog: ToolCatalog) -> list[str]:
             )
             problems.append(f"step {step.id} ({step.tool}): invalid arguments: {errs}")
     return problems
+
+
+def _pending_out(requests: Iterable[Any]) -> list[PendingApprovalOut]:
+    """`planexec.approval.ApprovalRequest` objects as MCP outputs."""
+    return [
+        PendingApprovalOut(
+            step_id=r.step_id, plan_version=r.plan_version, tool=r.tool,
+            args=jsonable(r.args), resolution={k: str(v) for k, v in r.resolution.items()},
+            reason=r.reason,
+        )
+        for r in requests
+    ]
+
+
+def _requests_on(bus: Any) -> dict[int, Any]:
+    """Collect the run's approval requests by step, as they are emitted on ``bus``."""
+    from planexec.approval import ApprovalRequest
+    from planexec.events import ApprovalRequested
+    from planexec.store.codec import event_to_json
+
+    seen: dict[int, Any] = {}
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, ApprovalRequested):
+            seen[event.step_id] = ApprovalRequest.from_event(event_to_json(event))
+
+    bus.subscribe(on_event)
+    return seen
 
 
 def _step_out(result: Any) -> StepResultOut:
@@ -849,6 +953,7 @@ def build_server(
                     )
 
         bus.subscribe(on_event)
+        requests = _requests_on(bus)
         # the executor alone (no recovery, no answer), with the runtime's model client
         # (timeout, retries, breaker), limits and runner
         usage = Usage()
@@ -863,6 +968,10 @@ def build_server(
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
         ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)
+        waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
+        status = "WAITING_APPROVAL" if waiting else ("SUCCEEDED" if ok else "FAILED")
+        if store is not None:
+            status = str(await anyio.to_thread.run_sync(lambda: store.get_run(run_id).status))
         counts: dict[str, int] = {}
         for r in results:
             counts[str(r.status)] = counts.get(str(r.status), 0) + 1
@@ -879,6 +988,8 @@ def build_server(
                 diagnostics=_diagnostics(plan),
                 diagnostics_total=len(plan.diagnostics),
                 usage=usage.to_dict(),
+                status=status,
+                pending_approval=_pending_out(requests[sid] for sid in waiting if sid in requests),
             )
         )
 
@@ -919,27 +1030,111 @@ def build_server(
                         "progress notification failed: {}", exc
                     )
 
+        from planexec.events import EventBus
+
         agent = PlanExecuteAgent(model, list(tools), store=recording, **options)
+        seen = EventBus()
+        requests = _requests_on(seen)
         try:
-            run = await agent.run(question, event_handlers=[on_event])
+            run = await agent.run(question, event_handlers=[on_event, seen.emit])
         finally:
             if agent.last_run is not None:
                 own_runs.add(agent.last_run.run_id)
-        outs = [_step_out(r).model_dump(mode="json") for r in run.results[:DEFAULT_PAGE]]
-        page = _fit(outs, DEFAULT_PAGE, RESULT_BUDGET_BYTES)
-        return _model_result(
-            AskResult(
-                run_id=run.run_id,
-                status=str(run.status),
-                answer=run.answer,
-                error=run.error,
-                plans=len(run.attempts),
-                results=[StepResultOut(**r) for r in page],
-                results_total=len(run.results),
-                results_truncated=len(page) < len(run.results),
-                usage=run.usage.to_dict(),
+        return _model_result(_run_result(run, requests))
+
+    def visible(run_id: str, tool: str) -> None:
+        """Refuse a run this server may not show (the same limits as get_run)."""
+        if store is None:
+            raise ToolError("no run store: start the server with --store PATH")
+        if not all_runs and run_id not in own_runs:
+            # the same message as an unknown id: other runs' existence is not revealed
+            raise ToolError(
+                f"no run with id {run_id!r} made by this server ({tool} sees only the "
+                "runs of this server's execute_plan and ask, unless it is started with "
+                "--all-runs)"
             )
+
+    async def decide(run_id: str, step: int, decision: Any, tool: str) -> DecisionResult:
+        from planexec.errors import ApprovalError, RunNotFoundError
+        from planexec.runs import decide_step, waiting_steps
+
+        visible(run_id, tool)
+        try:
+            decided = await decide_step(store, run_id, step, decision, catalog=catalog)
+        except RunNotFoundError as exc:
+            raise ToolError(f"no run with id {run_id!r} in the store") from exc
+        except ApprovalError as exc:
+            raise ToolError(str(exc)) from exc
+        left = await anyio.to_thread.run_sync(lambda: waiting_steps(store, run_id))
+        return DecisionResult(
+            run_id=run_id, step_id=step, action=str(decided.action),
+            args=jsonable(decided.args), by=decided.by, pending_approval=_pending_out(left),
         )
+
+    @register(
+        description=(
+            "Approve a step of a run waiting for approval (status WAITING_APPROVAL, from "
+            "execute_plan or ask), optionally with edited arguments (they replace the "
+            "resolved ones of the same names and must fit the tool's schema). Nothing runs "
+            "until resume_run."
+        ),
+        annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    )
+    async def approve_step(
+        run_id: RunId, step: StepNumber, args: EditedArgs = None, by: DecidedBy = "mcp client"
+    ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
+        from planexec.approval import ApprovalDecision
+
+        decision = (
+            ApprovalDecision.edit(args, by=by) if args else ApprovalDecision.approve(by=by)
+        )
+        return _model_result(await decide(run_id, step, decision, "approve_step"))
+
+    @register(
+        description=(
+            "Reject a step of a run waiting for approval, with a reason: its tool is never "
+            "called; on resume_run the step fails REJECTED and the planner (if any) is told "
+            "the reason and plans around it."
+        ),
+        annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    )
+    async def reject_step(
+        run_id: RunId, step: StepNumber, reason: Reason, by: DecidedBy = "mcp client"
+    ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
+        from planexec.approval import ApprovalDecision
+
+        if not reason.strip():
+            raise ToolError("the reason is empty: say why (the planner is told)")
+        decision = ApprovalDecision.reject(reason, by=by)
+        return _model_result(await decide(run_id, step, decision, "reject_step"))
+
+    @register(
+        description=(
+            "Continue a run paused WAITING_APPROVAL (or interrupted) after its decisions: "
+            "finished steps are not run again, approved steps are called with the approved "
+            "arguments, rejected ones fail REJECTED (re-planned with a model). Returns the "
+            "run as ask does; it may pause again for later steps."
+        ),
+        annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    async def resume_run(run_id: RunId) -> Annotated[mcp_types.CallToolResult, AskResult]:
+        from planexec.agent import PlanExecuteAgent
+        from planexec.errors import RunError, RunNotFoundError
+        from planexec.events import EventBus
+        from planexec.runs import resume_run as resume
+
+        visible(run_id, "resume_run")
+        agent = PlanExecuteAgent(model, list(tools), store=recording, **options)
+        seen = EventBus()
+        requests = _requests_on(seen)
+        agent.event_handlers.append(seen.emit)
+        try:
+            run = await resume(agent, recording, run_id)
+        except RunNotFoundError as exc:
+            raise ToolError(f"no run with id {run_id!r} in the store") from exc
+        except RunError as exc:
+            raise ToolError(str(exc)) from exc
+        return _model_result(_run_result(run, requests))
 
     @register(
         description=(
@@ -954,15 +1149,7 @@ def build_server(
     async def get_run(
         run_id: RunId, offset: Offset = 0, limit: Limit = DEFAULT_PAGE
     ) -> Annotated[mcp_types.CallToolResult, GetRunResult]:
-        if store is None:
-            raise ToolError("no run store: start the server with --store PATH")
-        if not all_runs and run_id not in own_runs:
-            # the same message as an unknown id: other runs' existence is not revealed
-            raise ToolError(
-                f"no run with id {run_id!r} made by this server (get_run returns only the "
-                "runs of this server's execute_plan and ask, unless it is started with "
-                "--all-runs)"
-            )
+        visible(run_id, "get_run")
         return _model_result(await _load_run(store, run_id, offset, limit))
 
     return MCPServer(
@@ -971,6 +1158,27 @@ def build_server(
         version=_version(),
         log_level="WARNING",
         tools=(_exposed_tools(catalog) if expose_tools else []) + own_tools,
+    )
+
+
+def _run_result(run: Any, requests: Mapping[int, Any]) -> AskResult:
+    """A run as ``ask`` and ``resume_run`` return it (a page of results, pending steps)."""
+    from planexec.results import StepStatus
+
+    outs = [_step_out(r).model_dump(mode="json") for r in run.results[:DEFAULT_PAGE]]
+    page = _fit(outs, DEFAULT_PAGE, RESULT_BUDGET_BYTES)
+    waiting = [r.step_id for r in run.results if r.status is StepStatus.WAITING_APPROVAL]
+    return AskResult(
+        run_id=run.run_id,
+        status=str(run.status),
+        answer=run.answer,
+        error=run.error,
+        plans=len(run.attempts),
+        results=[StepResultOut(**r) for r in page],
+        results_total=len(run.results),
+        results_truncated=len(page) < len(run.results),
+        usage=run.usage.to_dict(),
+        pending_approval=_pending_out(requests[sid] for sid in waiting if sid in requests),
     )
 
 

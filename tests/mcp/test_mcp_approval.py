@@ -1,0 +1,139 @@
+"""Approval through the MCP server, with the official client: execute_plan and ask
+return a paused run with its pending steps instead of blocking; approve_step,
+reject_step and resume_run continue it, seeing only the runs get_run may see.
+
+Oracle: the fake tools' own call logs (what really ran, with which arguments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from langchain_core.messages import BaseMessage  # noqa: E402
+from mcp import Client  # noqa: E402
+
+from planexec.config import AgentConfig  # noqa: E402
+from planexec.mcp.server import build_server  # noqa: E402
+from planexec.store import open_store  # noqa: E402
+from planexec.testing import FunctionModel, ModelCall, fake_tool, messages_text  # noqa: E402
+
+pytestmark = pytest.mark.mcp
+
+PLAN = """#Task1: find the asset
+#Tool1: assets
+#Args1: {}
+#Dependency1: None
+#Task2: open a work order for it
+#Tool2: open_order
+#Args2: {"asset": "<step_1[0]>", "priority": "high"}
+#Dependency2: #S1
+"""
+CONFIG = AgentConfig.model_validate({"approval": {"enabled": True},
+                                     "planner": {"max_reprompts": 0}})
+
+
+def tools() -> list[Any]:
+    return [
+        fake_tool("assets", ["CH-6"], hints={"read_only": True}),
+        fake_tool(
+            "open_order",
+            function=lambda asset, priority: {"id": f"WO-{asset}-{priority}"},
+            args={"asset": str, "priority": str},
+            hints={"destructive": True},
+        ),
+        fake_tool("notify", {"sent": True}, args={"text": str}, hints={"read_only": True}),
+    ]
+
+
+def calls(tool: Any) -> list[dict[str, Any]]:
+    return [dict(c) for c in tool.metadata["calls"].calls]
+
+
+async def test_execute_plan_pauses_and_approve_step_then_resume_run_finish_it(
+    tmp_path: Path,
+) -> None:
+    ts = tools()
+    store = open_store(tmp_path / "runs.sqlite3")
+    async with Client(build_server(ts, store=store, config=CONFIG)) as client:
+        ran = await client.call_tool("execute_plan", {"text": PLAN})
+        assert not ran.is_error
+        out = ran.structured_content
+        assert out is not None
+        assert (out["status"], out["ok"]) == ("WAITING_APPROVAL", False)
+        [pending] = out["pending_approval"]
+        assert (pending["step_id"], pending["tool"], pending["args"]) == (
+            2, "open_order", {"asset": "CH-6", "priority": "high"}
+        )
+        assert pending["resolution"]["priority"] == "literal"
+        assert calls(ts[1]) == []
+        run_id = out["run_id"]
+
+        bad = await client.call_tool(
+            "approve_step", {"run_id": run_id, "step": 2, "args": {"priority": 5}}
+        )
+        assert bad.is_error and "priority" in bad.content[0].text
+        other = await client.call_tool("approve_step", {"run_id": "not-mine", "step": 2})
+        assert other.is_error and "made by this server" in other.content[0].text
+
+        ok = await client.call_tool(
+            "approve_step",
+            {"run_id": run_id, "step": 2, "args": {"priority": "low"}, "by": "erin"},
+        )
+        assert not ok.is_error and ok.structured_content is not None
+        assert ok.structured_content["args"] == {"asset": "CH-6", "priority": "low"}
+        assert ok.structured_content["pending_approval"] == []
+        assert calls(ts[1]) == []  # a decision runs nothing
+
+        resumed = await client.call_tool("resume_run", {"run_id": run_id})
+        assert not resumed.is_error and resumed.structured_content is not None
+        assert resumed.structured_content["status"] == "SUCCEEDED"
+    assert calls(ts[1]) == [{"asset": "CH-6", "priority": "low"}]
+    assert len(calls(ts[0])) == 1  # the finished step was not run again
+
+
+async def test_ask_pauses_and_a_rejection_re_plans_on_resume(tmp_path: Path) -> None:
+    prompts: list[str] = []
+    second = """#Task1: tell someone
+#Tool1: notify
+#Args1: {"text": "look at CH-6"}
+#Dependency1: None
+"""
+
+    def reply(call: ModelCall, messages: list[BaseMessage]) -> str:
+        if call.purpose == "plan":
+            prompts.append(messages_text(messages))
+            return PLAN if len(prompts) == 1 else second
+        return "done"
+
+    ts = tools()
+    server = build_server(
+        ts, model=FunctionModel(function=reply), store=open_store(tmp_path / "r.sqlite3"),
+        config=CONFIG,
+    )
+    async with Client(server) as client:
+        asked = await client.call_tool("ask", {"question": "open a work order"})
+        assert not asked.is_error and asked.structured_content is not None
+        assert asked.structured_content["status"] == "WAITING_APPROVAL"
+        assert asked.structured_content["answer"] is None
+        run_id = asked.structured_content["run_id"]
+        [pending] = asked.structured_content["pending_approval"]
+        rejected = await client.call_tool(
+            "reject_step", {"run_id": run_id, "step": pending["step_id"],
+                            "reason": "use a notification"},
+        )
+        assert not rejected.is_error
+        again = await client.call_tool(
+            "reject_step", {"run_id": run_id, "step": pending["step_id"], "reason": "x"}
+        )
+        assert again.is_error and "not waiting" in again.content[0].text
+        resumed = await client.call_tool("resume_run", {"run_id": run_id})
+        assert resumed.structured_content is not None
+        assert resumed.structured_content["status"] == "SUCCEEDED"
+    assert calls(ts[1]) == []
+    assert calls(ts[2]) == [{"text": "look at CH-6"}]
+    assert "use a notification" in prompts[-1]
