@@ -26,7 +26,12 @@ from planexec.commands._display import STEP_STYLES, PlannerStatus, to_json
 from planexec.commands._display import console as display_console
 from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
-from planexec.commands.runs import add_store_arguments, recorded_message, store_from_args
+from planexec.commands.runs import (
+    add_store_arguments,
+    recorded_message,
+    store_from_args,
+    waiting_message,
+)
 from planexec.config import AgentConfig, load_config
 from planexec.events import (
     Event,
@@ -38,7 +43,7 @@ from planexec.events import (
     StepStarted,
 )
 from planexec.models import load_model
-from planexec.results import Run, RunStatus
+from planexec.results import Run, RunStatus, StepStatus
 from planexec.runs import TOOL_SOURCE_KEY, StampedStore, tool_source
 
 __all__ = ["Progress", "ask_command", "register"]
@@ -159,6 +164,10 @@ def ask_command(args: argparse.Namespace) -> int:
         )
     if run.status is RunStatus.SUCCEEDED:
         return 0
+    if run.status is RunStatus.WAITING_APPROVAL:  # paused: docs/approval.md
+        waiting = [r.step_id for r in run.results if r.status is StepStatus.WAITING_APPROVAL]
+        print(waiting_message(args, run.run_id, waiting), file=sys.stderr)
+        return 3
     return 130 if run.status is RunStatus.CANCELLED else 1
 
 
@@ -173,5 +182,5 @@ def _print_run(run: Run, *, as_json: bool) -> None:
     if run.answer is None and run.output is None:
         for r in sorted(run.results, key=lambda r: r.step_id):
             print(to_json(r.to_dict()))
-    if run.status is not RunStatus.SUCCEEDED:
+    if run.status not in (RunStatus.SUCCEEDED, RunStatus.WAITING_APPROVAL):
         print(f"planexec: the run {run.status.value}: {run.error}", file=sys.stderr)

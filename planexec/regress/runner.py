@@ -34,6 +34,7 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel
 
 from planexec._loading import load_object
+from planexec.approval import ApprovalDecision, ApprovalRequest
 from planexec.errors import CassetteError, ConfigError, PlanexecError
 from planexec.evaluation import EvalCase, EvalStatus, Evaluator, FunctionEvaluator, Verdict
 from planexec.events import Event, StepFinished, ToolCallStarted
@@ -48,6 +49,7 @@ from planexec.regress.scenario import (
     RaisedReply,
     Reply,
     Scenario,
+    ScriptedApproval,
     ScriptedReplies,
     ScriptedVerdicts,
     load_scenario,
@@ -56,6 +58,7 @@ from planexec.results import Run
 from planexec.testing import ScriptedChatModel, fake_tool
 
 __all__ = [
+    "ScriptedApprover",
     "ScriptedEvaluator",
     "ScriptedModelError",
     "arun_scenario",
@@ -283,6 +286,56 @@ def _evaluator_problems(evaluator: Evaluator | None, strict: bool) -> list[Expec
     ]
 
 
+class ScriptedApprover:
+    """The approval callback of a scenario: its ``approvals``, served in order.
+
+    A request for a step other than the decision's ``step`` is a problem (reported as a
+    failure after the run) and is deferred; once the script runs out, requests are
+    deferred (the run pauses ``WAITING_APPROVAL``).
+    """
+
+    def __init__(self, script: Sequence[ScriptedApproval]) -> None:
+        self.script = list(script)
+        self.used = 0
+        self.problems: list[str] = []
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Return the next scripted decision."""
+        if self.used >= len(self.script):
+            return ApprovalDecision.defer("the scenario's scripted approvals ran out")
+        item = self.script[self.used]
+        self.used += 1
+        if item.step is not None and item.step != request.step_id:
+            self.problems.append(
+                f"approval {self.used} is scripted for step {item.step}, but step "
+                f"{request.step_id} ({request.tool}) asked"
+            )
+            return ApprovalDecision.defer("not the scripted step")
+        if item.action == "approve":
+            return ApprovalDecision.approve(by=item.by, reason=item.reason)
+        if item.action == "edit":
+            return ApprovalDecision.edit(item.args or {}, by=item.by, reason=item.reason)
+        if item.action == "reject":
+            return ApprovalDecision.reject(item.reason or "", by=item.by)
+        return ApprovalDecision.defer(item.reason)
+
+
+def _approval_problems(approver: ScriptedApprover | None) -> list[ExpectationFailure]:
+    """Scripted approvals for the wrong step, or left unused."""
+    if approver is None:
+        return []
+    out = [ExpectationFailure("approvals", p) for p in approver.problems]
+    left = len(approver.script) - approver.used
+    if left > 0:
+        out.append(
+            ExpectationFailure(
+                "approvals",
+                f"{left} of {len(approver.script)} scripted approvals were never asked for",
+            )
+        )
+    return out
+
+
 def _model_problems(model: BaseChatModel | None, strict: bool) -> list[ExpectationFailure]:
     """What the model saw that the expectations cannot: misses, unused or missing replies."""
     out: list[ExpectationFailure] = []
@@ -334,6 +387,7 @@ async def _run(
     model: BaseChatModel | None,
     observer: Observer,
     evaluator: Evaluator | None = None,
+    approver: ScriptedApprover | None = None,
 ) -> Run:
     from planexec.agent import PlanExecuteAgent
 
@@ -350,7 +404,9 @@ async def _run(
         canceller = _Canceller(scenario.cancel_after_tool_calls)
         handlers.append(canceller)
     async with open_tools(scenario) as tools:
-        agent = PlanExecuteAgent(model, tools, config=scenario.config, evaluator=evaluator)
+        agent = PlanExecuteAgent(
+            model, tools, config=scenario.config, evaluator=evaluator, approver=approver
+        )
         run_id = _run_id(scenario.name)
         if scenario.plan is not None:
             coro = agent.execute_plan(
@@ -465,9 +521,12 @@ async def arun_scenario(
     observer = Observer()
     run: Run | None = None
     evaluator: Evaluator | None = None
+    approver = ScriptedApprover(sc.approvals) if sc.approvals is not None else None
     try:
         evaluator = build_evaluator(sc)
-        run = await asyncio.wait_for(_run(sc, model, observer, evaluator), sc.timeout)
+        run = await asyncio.wait_for(
+            _run(sc, model, observer, evaluator, approver), sc.timeout
+        )
     except TimeoutError:
         result.status = "error"
         result.error = f"the run did not finish within the scenario's timeout ({sc.timeout}s)"
@@ -487,6 +546,7 @@ async def arun_scenario(
                 *check_run(sc.expect, run, observer),
                 *_model_problems(model, strict),
                 *_evaluator_problems(evaluator, strict),
+                *_approval_problems(approver),
             ]
             result.status = "failed" if result.failures else "passed"
     if miss is not None:

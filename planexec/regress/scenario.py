@@ -73,6 +73,7 @@ __all__ = [
     "RecoveryExpectation",
     "Reply",
     "Scenario",
+    "ScriptedApproval",
     "ScriptedReplies",
     "ScriptedVerdicts",
     "StepExpectation",
@@ -324,6 +325,37 @@ EvaluatorSpec = Annotated[str, StringConstraints(pattern=r"^[\w.]+:[\w.]+$")] | 
 function of the `EvalCase`), or ``{verdicts: [...]}``."""
 
 
+# --------------------------------------------------------------------------- approvals
+
+
+class ScriptedApproval(_Strict):
+    """A person's scripted decision about a step that needs approval (docs/approval.md).
+
+    Served in order, one per approval request; a run that asks for more than the script
+    holds gets ``defer`` (the step waits: the run pauses ``WAITING_APPROVAL``).
+    """
+
+    action: Literal["approve", "edit", "reject", "defer"]
+    """What the person decides."""
+    step: int | None = None
+    """The step this decision is for; a request for another step fails the scenario."""
+    args: dict[str, Any] | None = None
+    """For ``edit``: the arguments that replace the resolved ones (checked against the
+    tool's schema; an invalid edit is refused and the next decision asked)."""
+    reason: str | None = None
+    """Why (required for ``reject``: the planner is told)."""
+    by: str = "scenario"
+    """Who decides."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> ScriptedApproval:
+        if self.action == "edit" and not self.args:
+            raise ValueError("an 'edit' decision needs 'args'")
+        if self.action == "reject" and not (self.reason or "").strip():
+            raise ValueError("a 'reject' decision needs a 'reason'")
+        return self
+
+
 # --------------------------------------------------------------------------- expectations
 
 
@@ -485,6 +517,10 @@ class Scenario(_Strict):
     evaluator: EvaluatorSpec | None = None
     """Judges each finished plan: ``MODULE:ATTR``, or scripted ``{verdicts: [...]}``; a
     non-success verdict re-plans with its lesson (``EVALUATION_FAILED``)."""
+    approvals: list[ScriptedApproval] | None = None
+    """Scripted approval decisions, in the order the run asks (turns approval on, with
+    the ``config.approval`` policy); without it, ``config.approval.enabled`` pauses the
+    run at the first step that needs approval (``expect.status: WAITING_APPROVAL``)."""
     cancel_after_tool_calls: int | None = Field(default=None, ge=0)
     """The caller cancels the run once this many tool calls (attempts) were made, when
     the next step finishes (``0``: when the first step finishes): steps still running
