@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger as _logger
 
 from planexec.errors import (
+    ApprovalError,
     CassetteError,
     CassetteMissError,
     CircuitOpenError,
@@ -41,6 +42,10 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
     )
     from planexec.agent import (
         PlanExecuteAgent,
+    )
+    from planexec.approval import (
+        ApprovalDecision,
+        ApprovalRequest,
     )
     from planexec.config import (
         AgentConfig,
@@ -98,6 +103,8 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
 _LAZY: dict[str, str] = {
     "Action": "planexec.recovery",
     "AgentConfig": "planexec.config",
+    "ApprovalDecision": "planexec.approval",
+    "ApprovalRequest": "planexec.approval",
     "ArgResolver": "planexec.resolver",
     "EvalStatus": "planexec.evaluation",
     "Evaluator": "planexec.evaluation",
@@ -137,6 +144,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Action",
     "AgentConfig",
+    "ApprovalDecision",
+    "ApprovalError",
+    "ApprovalRequest",
     "ArgResolver",
     "CassetteError",
     "CassetteMissError",
