@@ -137,3 +137,44 @@ async def test_ask_pauses_and_a_rejection_re_plans_on_resume(tmp_path: Path) -> 
     assert calls(ts[1]) == []
     assert calls(ts[2]) == [{"text": "look at CH-6"}]
     assert "use a notification" in prompts[-1]
+
+
+async def test_a_paused_run_survives_a_server_restart_over_stdio(
+    tmp_path: Path, serve_command: Any
+) -> None:
+    import sys
+
+    from mcp import StdioServerParameters
+
+    from planexec.examples import example_path
+
+    store = tmp_path / "runs.sqlite3"
+    config = tmp_path / "approval.toml"
+    config.write_text("[approval]\nenabled = true\n")
+    plan = example_path("plans/work_order.txt").read_text()
+
+    def server(*extra: str) -> StdioServerParameters:
+        args, env = serve_command(store, "--config", str(config), *extra)
+        return StdioServerParameters(command=sys.executable, args=args, env=env)
+
+    async with Client(server(), read_timeout_seconds=60) as client:
+        ran = await client.call_tool("execute_plan", {"text": plan})
+        assert ran.structured_content is not None
+        assert ran.structured_content["status"] == "WAITING_APPROVAL"
+        run_id = ran.structured_content["run_id"]
+    # a new server process: the run is not its own unless it may see every run
+    async with Client(server(), read_timeout_seconds=60) as client:
+        refused = await client.call_tool("approve_step", {"run_id": run_id, "step": 3})
+        assert refused.is_error and "made by this server" in refused.content[0].text
+    async with Client(server("--all-runs"), read_timeout_seconds=60) as client:
+        ok = await client.call_tool(
+            "approve_step", {"run_id": run_id, "step": 3, "args": {"priority": "medium"}}
+        )
+        assert not ok.is_error, ok.content
+        resumed = await client.call_tool("resume_run", {"run_id": run_id})
+        assert resumed.structured_content is not None, resumed.content
+        assert resumed.structured_content["status"] == "SUCCEEDED"
+    with open_store(store) as recorded:
+        starts = [e for e in recorded.events(run_id)
+                  if e["type"] == "ToolCallStarted" and e["tool"] == "create_work_order"]
+    assert [e["args"]["priority"] for e in starts] == ["medium"]  # called once, as approved
