@@ -286,3 +286,44 @@ def test_approval_events_round_trip_through_the_store_encoding() -> None:
 def test_a_rejection_needs_a_reason() -> None:
     with pytest.raises(ValueError, match="reason"):
         ApprovalDecision.reject("  ")
+
+
+async def test_the_executor_holds_every_step_behind_a_waiting_one_and_still_fails_cycles() -> None:
+    from planexec.approval import ApprovalGate
+    from planexec.events import EventBus
+    from planexec.executor import Executor
+    from planexec.plan import Plan, Ref, Step
+
+    catalog = ToolCatalog(tools())
+    bus = EventBus()
+    gate = ApprovalGate(ApprovalPolicy(), bus=bus, run_id="r")
+    plan = Plan(steps=(
+        Step(id=1, tool="assets"),
+        Step(id=2, tool="open_order", args={"asset": Ref(1, (0,)), "priority": "high"},
+             depends_on=(1,)),
+        Step(id=3, tool="order_status", args={"order": Ref(2, ("id",))}, depends_on=(2,)),
+        Step(id=4, tool="sites", depends_on=(3,)),  # transitively behind step 2
+        Step(id=5, tool="sites"),
+        Step(id=6, tool="sites", depends_on=(7,)),  # a cycle: still a failure
+        Step(id=7, tool="sites", depends_on=(6,)),
+    ))
+    results = {r.step_id: r for r in await Executor(catalog, approvals=gate, bus=bus).run(plan)}
+    assert set(results) == {1, 2, 5, 6, 7}
+    assert results[2].status is StepStatus.WAITING_APPROVAL
+    assert results[5].status is StepStatus.SUCCEEDED
+    assert results[6].error_kind is ErrorKind.MISSING_REFERENCE
+    assert calls(catalog, "open_order") == [] and calls(catalog, "order_status") == []
+
+
+async def test_resuming_without_a_decision_pauses_again_and_calls_nothing() -> None:
+    store = MemoryRunStore()
+    a, _ = agent(None, enabled=True)
+    a.store = store
+    await a.execute_plan(PLAN, run_id="r-again")
+    from planexec.runs import resume_run
+
+    run = await resume_run(a, store, "r-again")
+    assert run.status is RunStatus.WAITING_APPROVAL
+    assert calls(a.catalog, "open_order") == []
+    assert len(calls(a.catalog, "assets")) == 1
+    assert [r.step_id for r in pending_approvals(store.events("r-again"))] == [2]

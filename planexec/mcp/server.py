@@ -223,7 +223,9 @@ class StepResultOut(BaseModel):
 
     step_id: int = Field(description="The step's number.")
     tool: str | None = Field(description="The tool called (null for a reasoning step).")
-    status: str = Field(description="SUCCEEDED, FAILED, BLOCKED, SKIPPED or CANCELLED.")
+    status: str = Field(
+        description="SUCCEEDED, FAILED, BLOCKED, SKIPPED, CANCELLED or WAITING_APPROVAL."
+    )
     output: Any = Field(default=None, description="The structured output.")
     error: str | None = Field(default=None, description="Why it failed, if it did.")
     error_kind: str | None = Field(default=None, description="The failure's kind.")
