@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from planexec._log import step_log
 from planexec.events import ApprovalDecided, ApprovalRequested, EventBus, FallbackUsed
+from planexec.parsing.refs import contains_placeholder
 from planexec.results import ResolutionMethod
 
 if TYPE_CHECKING:
@@ -261,15 +262,27 @@ def apply_edit(
 ) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
     """Merge edited arguments over the resolved ones and validate them with the tool's schema.
 
+    An edited value that holds a reference or placeholder (``<step_1.id>``,
+    ``{name}``) is refused too: a tool is never called with one, so the person writes the
+    value itself.
+
     Returns:
         ``(arguments, ())`` when they fit the schema, else ``(None, problems)`` with
         each validation error (``"priority: Input should be ..."``).
     """
+    problems = tuple(
+        f"{name}: holds a reference or placeholder, which is never passed to a tool; "
+        "write the value itself"
+        for name, value in edited.items()
+        if contains_placeholder(value)
+    )
     merged = {**dict(args), **dict(edited)}
     try:
         spec.validate(merged)
     except ValidationError as exc:
-        return None, _errors(exc)
+        return None, problems + _errors(exc)
+    if problems:
+        return None, problems
     return merged, ()
 
 

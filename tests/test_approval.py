@@ -154,6 +154,18 @@ async def test_an_invalid_edit_is_refused_with_the_errors_and_asked_again() -> N
     assert any(p.startswith("colour") for p in third.problems)
 
 
+def test_an_edit_holding_a_placeholder_is_refused() -> None:
+    from planexec.approval import apply_edit
+
+    spec = ToolCatalog(tools()).lookup("open_order")
+    assert spec is not None
+    args, problems = apply_edit(spec, {"asset": "CH-6", "priority": "high"},
+                                {"asset": "<step_1.id>"})
+    assert args is None and problems and problems[0].startswith("asset:")
+    args, problems = apply_edit(spec, {"asset": "CH-6", "priority": "high"}, {"asset": "CH-7"})
+    assert (args, problems) == ({"asset": "CH-7", "priority": "high"}, ())
+
+
 async def test_invalid_edits_past_the_limit_leave_the_step_waiting() -> None:
     approver = Approver([ApprovalDecision.edit({"priority": [1]})] * 2)
     a, _ = agent(approver, max_edit_attempts=2)
