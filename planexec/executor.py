@@ -1079,7 +1079,7 @@ class Executor:
             )
         for name in decision.edited or {}:
             ctx.resolution[name] = ResolutionMethod.EDITED
-        ctx.note = _join_note(ctx.note, f"approved{who}") if ctx.note else f"approved{who}"
+        ctx.note = _join_note(ctx.note, f"approved{who}")
         return dict(decision.args)
 
     async def _reason(self, ctx: _Ctx, results: Mapping[int, StepResult]) -> StepResult:
