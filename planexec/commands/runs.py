@@ -450,7 +450,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         res = ", ".join(f"{k}={v}" for k, v in s["resolution"].items()) or "-"
         print(
             f"  v{s['plan_version']} #{s['step_id']:<3} {str(s['tool'] or '(reasoning)'):<22} "
-            f"{s['status']:<10} {_seconds(s['duration']):>8}  attempts={s['attempts']} "
+            f"{s['status']:<16} {_seconds(s['duration']):>8}  attempts={s['attempts']} "
             f"llm={s['llm_calls']}  args: {res}"
         )
         args_now = s.get("args") if isinstance(s.get("args"), dict) else {}

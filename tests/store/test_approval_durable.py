@@ -122,6 +122,10 @@ def test_a_paused_run_is_approved_and_resumed_by_other_processes(tmp_path: Path)
     ]
     text = cli.planexec("runs", "show", run_id).stdout
     assert "approval decisions:" in text and "edit by alice" in text
+    drawn = cli.planexec("runs", "timeline", run_id, "--out", "t.html")
+    assert drawn.returncode == 0, drawn.stderr
+    page = (tmp_path / "t.html").read_text()
+    assert "status-edited" in page and "edit by alice" in page
     again = cli.planexec("runs", "resume", run_id)
     assert "already SUCCEEDED" in again.stdout and cli.calls()["s2-approved"] == 1
 
