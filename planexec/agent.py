@@ -8,7 +8,10 @@ One run, in order:
    reasoning steps use the same run-bound, resilient model client; the `Limits` guard
    counts steps, per-tool calls and repeated sequences (the client, resolver, reasoner,
    limits and executor of each run are assembled by the agent's
-   `planexec.runtime.Runtime`, as for every other entry point);
+   `planexec.runtime.Runtime`, as for every other entry point). A step that needs a
+   person's approval (`planexec.approval`) and gets no decision waits: once nothing
+   else can run, the run ends ``WAITING_APPROVAL`` (no recovery, no answer) until a
+   decision is recorded and the run resumed;
 3. **recover** — each failed step gets a `Decision` from the `RecoveryPolicy`:
    ``RERESOLVE`` and ``RETRY_STEP`` re-run the failed steps of the same plan (succeeded
    steps are passed as ``prior`` and not run again; re-resolved steps get their failure

@@ -120,10 +120,11 @@ class ApprovalRequest:
     @classmethod
     def from_event(cls, data: Mapping[str, Any]) -> ApprovalRequest:
         """Rebuild a request from a recorded ``ApprovalRequested`` event (JSON data)."""
+        known = {m.value for m in ResolutionMethod}
         resolution = {
             str(k): ResolutionMethod(v)
             for k, v in dict(data.get("resolution") or {}).items()
-            if v in ResolutionMethod._value2member_map_
+            if v in known
         }
         return cls(
             run_id=str(data["run_id"]),
