@@ -368,11 +368,60 @@ async def test_no_match_or_several_fall_back_to_the_llm_with_the_reason(hint: st
 
 
 def test_hints_outside_the_grammar_are_not_read() -> None:
-    for hint in ("step_1_selected_site", "Name from #E1", "step_1.assets[0].id",
-                 "step_2.find(name='x').id"):  # a plain path is no filter; wrong step
-        assert parse_hint(hinted(hint)) is None
+    for hint in ("Name from #E1", "step_1.assets[0].id", "step_1_selected", "step_1_the",
+                 "step_2.find(name='x').id", "step_2_site"):  # a plain path is no filter;
+        assert parse_hint(hinted(hint)) is None                # fillers only; wrong step
     assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1")) is None  # opt-in
     assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1"), prose=True) is not None
+
+
+@pytest.mark.parametrize(
+    ("hint", "output", "value", "where"),
+    [
+        ("step_1_selected_site", {"site": "MAIN", "assets": []}, "MAIN", "step_1.site"),
+        ("step_1_site_name", ASSETS, "MAIN", "step_1.site_name"),
+        ("step_1_selected_asset_id", {"asset": {"id": "A1", "name": "x"}}, "A1",
+         "step_1.asset.id"),
+        ("step_1_selected_asset_id", {"assets": [{"id": "A1"}]}, "A1", "step_1.assets[0].id"),
+        ("step_1_asset_id", {"asset_id": "A1", "site": {"id": "S"}}, "A1", "step_1.asset_id"),
+        ("step_1_sensor_names", {"sensor_names": ["a", "b"]}, ["a", "b"],
+         "step_1.sensor_names"),
+    ],
+)
+async def test_the_word_form_takes_the_one_field_its_words_name(
+    hint: str, output: Any, value: Any, where: str
+) -> None:
+    out = await resolve(step({"x": hinted(hint)}), None, results={1: ok(1, output)})
+    assert isinstance(out, ResolvedArgs), out
+    assert out.args == {"x": value} and out.methods == {"x": M.FILTERED}
+    assert out.llm_calls == 0 and out.grounding["x"].paths == (where,)
+
+
+@pytest.mark.parametrize(
+    ("hint", "output", "why"),
+    [
+        # several keys name it: which asset was "selected" is not clear
+        ("step_1_selected_asset_id", ASSETS, "3 keys of the output name it"),
+        # a bare ``id`` is not the asset's id: ``asset`` is on no key on its way
+        ("step_1_selected_asset_id", {"id": "S1"}, "no key of the output names it"),
+        ("step_1_selected_asset_name", {"site": {"name": "MAIN"}}, "no key of the output"),
+        ("step_1_sensor_names", {"sensors": [{"name": "a"}, {"name": "b"}]}, "no key"),
+    ],
+)
+async def test_the_word_form_never_guesses(hint: str, output: Any, why: str) -> None:
+    out = await resolve(step({"x": hinted(hint)}), spec_of(x=str), results={1: ok(1, output)})
+    assert isinstance(out, ResolutionFailure) and out.kind is ErrorKind.RESOLUTION_FAILED
+    assert "the filter grammar read it, but" in out.message and why in out.message
+
+
+async def test_field_from_step_is_the_prose_word_form() -> None:
+    s = step({"x": hinted("Name from #E1")})
+    results = {1: ok(1, {"name": "Jannik Sinner", "rank": 4})}
+    out = await resolve(s, None, results=results, prose_hints=True)
+    assert isinstance(out, ResolvedArgs), out
+    assert out.args == {"x": "Jannik Sinner"} and out.methods == {"x": M.FILTERED}
+    assert isinstance(await resolve(s, spec_of(x=str), results=results, prose_hints=False),
+                      ResolutionFailure)
 
 
 async def test_the_prose_form_is_opt_in() -> None:
@@ -444,3 +493,62 @@ def test_plan_parse_gives_hinted_refs_the_grammar_reads() -> None:
     (ref,) = plan.step(2).refs
     query = parse_hint(ref)
     assert query is not None and query.filters == "find(name='CWC04009')"
+
+
+TREES = st.recursive(
+    VALUES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.sampled_from(FIELDS), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _key_paths(node: Any, key: str, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Oracle: every path ending in ``key``, by a plain walk of dicts and lists."""
+    found: list[tuple[Any, ...]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key:
+                found.append((*path, k))
+            found += _key_paths(v, key, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += _key_paths(v, key, (*path, i))
+    return found
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TREES, st.sampled_from(FIELDS), st.booleans())
+def test_the_word_form_picks_the_one_key_or_falls_back(tree: Any, key: str, filler: bool
+                                                       ) -> None:
+    import asyncio
+
+    hint = f"step_1_{'selected_' if filler else ''}{key}"
+    out = asyncio.run(ArgResolver().resolve(Step(id=5, tool="target", args={"x": hinted(hint)}),
+                                            None, {1: ok(1, tree)}))
+    paths = _key_paths(tree, key)
+    if len(paths) == 1:
+        assert isinstance(out, ResolvedArgs), (hint, tree, out)
+        node = tree
+        for elem in paths[0]:
+            node = node[elem]
+        assert out.args["x"] == node and out.methods["x"] is M.FILTERED
+    else:
+        assert isinstance(out, ResolutionFailure), (hint, tree, out)
+        assert "the filter grammar read it" in out.message
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RECORDS, st.sampled_from(["first", "last", "len"]), st.booleans())
+def test_first_last_len_pick_by_position(records: list[dict[str, Any]], which: str,
+                                         call: bool) -> None:
+    import asyncio
+
+    hint = f"step_1.rows.{which}{'()' if call else ''}"
+    out = asyncio.run(ArgResolver().resolve(Step(id=5, tool="target", args={"x": hinted(hint)}),
+                                            None, {1: ok(1, {"rows": records})}))
+    assert isinstance(out, ResolvedArgs), (hint, out)
+    expected = {"first": records[0], "last": records[-1], "len": len(records)}[which]
+    assert out.args["x"] == expected and out.methods["x"] is M.FILTERED
