@@ -99,12 +99,13 @@ POLICIES = ("planexec", "per_placeholder_step", "per_tool_step")
 
 STAGES: dict[str, dict[str, Any]] = {
     "before": {"filters": False, "ungrounded": "warn"},
+    "after_no_prose": {"prose_hints": False},
     "after": {},
-    "after_prose": {"prose_hints": True},
 }
 """planexec's resolver before issue 19 (no filter tier; ungrounded values only
-recorded), as it is now (the defaults: the filter tier, ``ungrounded="reresolve"``),
-and with the filter tier's opt-in prose form (``FIELD_for_VALUE_from_step_N``)."""
+recorded), with the filter tier but without its prose form (``prose_hints=False``: the
+default until the word form and prose-by-default), and as it is now (the defaults: the
+filter tier with its prose form, ``ungrounded="reresolve"``). All three in one run."""
 
 ToolsFactory = Callable[[], list[BaseTool]]
 """Builds a fresh set of tools for one run (no state shared between runs)."""
@@ -718,6 +719,8 @@ class PlanReport:
     """Whether every policy's run ended every step the same way."""
     planexec_calls_flat: int | None = None
     """Corpus plans: planexec's calls when no path can be followed (flat outputs)."""
+    planexec_calls_unshaped_hints: int | None = None
+    """Corpus plans: planexec's calls when hinted references shape no output (paths do)."""
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """planexec's resolver per `STAGES` entry: ``calls`` and ``grounding`` counts."""
     free_text_calls: int = 0
@@ -749,6 +752,7 @@ class PlanReport:
             "statuses": self.statuses,
             "consistent": self.consistent,
             "planexec_calls_flat_outputs": self.planexec_calls_flat,
+            "planexec_calls_unshaped_hints": self.planexec_calls_unshaped_hints,
             "stages": self.stages,
         }
 
@@ -835,6 +839,10 @@ async def measure_all(corpus: Path | None) -> dict[str, Any]:
                 plan, corpus_tools(plan, shaped=False), "planexec", error_payload_keys=()
             )
             row.planexec_calls_flat = flat.resolve_calls
+            unshaped = await run_policy(
+                plan, corpus_tools(plan, hinted=False), "planexec", error_payload_keys=()
+            )
+            row.planexec_calls_unshaped_hints = unshaped.resolve_calls
             rows.append(row)
     totals = {src: _totals([r for r in rows if r.source == src]) for src in ("demo", "corpus")}
     totals["all"] = _totals(rows)
@@ -869,6 +877,11 @@ def _totals(rows: Sequence[PlanReport]) -> dict[str, Any]:
         out["planexec_calls_flat_outputs"] = sum(flat)
         out["ratio_flat_to_a"] = _ratio(sum(flat), out["baseline_a_calls"])
         out["ratio_flat_to_b"] = _ratio(sum(flat), out["baseline_b_calls"])
+    unshaped = [r.planexec_calls_unshaped_hints for r in rows
+                if r.planexec_calls_unshaped_hints is not None]
+    if unshaped and len(unshaped) == len(rows):
+        out["planexec_calls_unshaped_hints"] = sum(unshaped)
+        out["ratio_unshaped_hints_to_a"] = _ratio(sum(unshaped), out["baseline_a_calls"])
     reasons: Counter[str] = Counter()
     for r in rows:
         reasons.update(r.fallback_args)
@@ -943,6 +956,12 @@ def _table(report: Mapping[str, Any]) -> str:
             f"{corpus['planexec_calls_flat_outputs']} calls, pe/A "
             f"{fmt(corpus['ratio_flat_to_a']).strip()}, pe/B "
             f"{fmt(corpus['ratio_flat_to_b']).strip()}"
+        )
+    if "planexec_calls_unshaped_hints" in corpus:
+        lines.append(
+            f"corpus, hinted references shape no output: planexec "
+            f"{corpus['planexec_calls_unshaped_hints']} calls, pe/A "
+            f"{fmt(corpus['ratio_unshaped_hints_to_a']).strip()}"
         )
     return "\n".join(lines)
 

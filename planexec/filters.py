@@ -26,13 +26,14 @@ whole of ``FIELD``, or a trailing run of its words whose dropped words are fille
 as ``selected`` or start a key on the way: ``asset`` for ``.assets[0].id``). Several
 such keys, or none → the LLM fallback.
 
-Prose form (**opt-in**: ``ArgResolver(prose_hints=True)``; its literal is always a
-constraint, see `hint_literals`) — ``FIELD for VALUE from step_N`` (underscores read as spaces:
-``asset_id_for_Chiller_6_from_step_2``; ``of`` for ``for``, ``in`` for ``from`` work
-too): the one dict anywhere in the output with a field equal to ``VALUE`` (underscores
-and spaces alike), then its field ``FIELD`` (or, when it has none, the field named by
-``FIELD``'s last word: ``asset_id`` → ``id``).  ``FIELD from step_N`` (``<Name from #E1>``) is
-the word form written as prose.
+Prose form (read by default; ``ArgResolver(prose_hints=False)`` or the setting
+``resolver.prose_hints = false`` leave it to the fallback, and its literal is a
+constraint either way, see `hint_literals`) — ``FIELD for VALUE from step_N``
+(underscores read as spaces: ``asset_id_for_Chiller_6_from_step_2``; ``of`` for ``for``,
+``in`` for ``from`` work too): the one dict anywhere in the output with a field equal
+to ``VALUE`` (underscores and spaces alike), then its field ``FIELD`` (or, when it has
+none, the field named by ``FIELD``'s last word: ``asset_id`` → ``id``).
+``FIELD from step_N`` (``<Name from #E1>``) is the word form written as prose.
 
 Items: a filter applies to a list of dicts (or pydantic models); applied to a dict, it
 looks through the lists directly under it (``{"assets": [...]}``). Field names compare
@@ -211,8 +212,8 @@ def parse_hint(ref: Ref, *, prose: bool = False) -> HintQuery | None:
 
     Args:
         ref: A reference; only hinted ones (``ref.is_hinted``) are read.
-        prose: Also read the prose form (``FIELD for VALUE from step_N``). Off by
-            default: see "Prose form" in the module docstring.
+        prose: Also read the prose form (``FIELD for VALUE from step_N``, ``FIELD
+            from step_N``); the resolver passes its ``prose_hints`` (on by default).
 
     Returns:
         The query, or None when the hint is not one of the grammar's shapes (or names

@@ -596,7 +596,7 @@ class ArgResolver:
         output_budget: int = 4000,
         ungrounded: Literal["warn", "reresolve", "fail"] = "reresolve",
         filters: bool = True,
-        prose_hints: bool = False,
+        prose_hints: bool = True,
     ) -> None:
         """Create a resolver.
 
@@ -613,8 +613,9 @@ class ArgResolver:
                 (`planexec.filters`) before asking the model; False only to measure
                 the resolver without that tier.
             prose_hints: Let the filter tier also read the prose form
-                ``FIELD_for_VALUE_from_step_N`` (off by default; its literal constrains
-                the fallback's answer either way).
+                (``FIELD_for_VALUE_from_step_N``, ``FIELD from step_N``); False leaves
+                those hints to the fallback (their literals constrain its answer either
+                way).
         """
         if ungrounded not in _POLICIES:
             raise ValueError(f"ungrounded must be one of {_POLICIES}, not {ungrounded!r}")

@@ -259,8 +259,10 @@ def test_hint_literals_are_read_from_filters_and_prose() -> None:
 )
 async def test_an_answer_contradicting_the_hint_is_rejected_with_the_reason(hint: str) -> None:
     model = answering({"asset_id": "CWC04009"}, {"asset_id": "CWC04006"})
+    # prose_hints=False: the filter tier would read the prose form without any model;
+    # its literal constrains the fallback all the same
     out = await resolve(step({"asset_id": hinted(hint)}), spec_of(asset_id=str), model,
-                        ungrounded="warn")
+                        ungrounded="warn", prose_hints=False)
     assert isinstance(out, ResolvedArgs), out
     assert out.args == {"asset_id": "CWC04006"} and out.llm_calls == 2
     retry = messages_text(model.requests[1])
@@ -272,7 +274,7 @@ async def test_an_answer_contradicting_the_hint_is_rejected_with_the_reason(hint
 async def test_a_contradicted_hint_fails_whatever_the_policy(policy: str) -> None:
     out = await resolve(step({"asset_id": hinted("asset_id_for_Chiller_6_from_step_1")}),
                         spec_of(asset_id=str), answering({"asset_id": "CWC04009"}),
-                        ungrounded=policy)
+                        ungrounded=policy, prose_hints=False)
     assert isinstance(out, ResolutionFailure)
     assert out.kind is ErrorKind.RESOLUTION_FAILED and out.llm_calls == 2
     assert "contradicts the hint {asset_id_for_Chiller_6_from_step_1}" in out.message
@@ -371,7 +373,7 @@ def test_hints_outside_the_grammar_are_not_read() -> None:
     for hint in ("Name from #E1", "step_1.assets[0].id", "step_1_selected", "step_1_the",
                  "step_2.find(name='x').id", "step_2_site"):  # a plain path is no filter;
         assert parse_hint(hinted(hint)) is None                # fillers only; wrong step
-    assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1")) is None  # opt-in
+    assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1")) is None  # prose=False
     assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1"), prose=True) is not None
 
 
@@ -424,12 +426,14 @@ async def test_field_from_step_is_the_prose_word_form() -> None:
                       ResolutionFailure)
 
 
-async def test_the_prose_form_is_opt_in() -> None:
+async def test_the_prose_form_is_read_by_default_and_can_be_turned_off() -> None:
     s = step({"asset_id": hinted("asset_id_for_Chiller_6_from_step_1")})
-    out = await resolve(s, spec_of(asset_id=str), prose_hints=True)
+    out = await resolve(s, spec_of(asset_id=str))
     assert isinstance(out, ResolvedArgs), out
     assert out.args == {"asset_id": "CWC04006"} and out.methods == {"asset_id": M.FILTERED}
-    assert isinstance(await resolve(s, spec_of(asset_id=str)), ResolutionFailure)
+    assert out.grounding["asset_id"].paths == ("step_1.assets[0].id",)
+    off = await resolve(s, spec_of(asset_id=str), prose_hints=False)
+    assert isinstance(off, ResolutionFailure) and "no model is configured" in off.message
 
 
 async def test_the_filter_tier_can_be_turned_off() -> None:

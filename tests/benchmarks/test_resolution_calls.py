@@ -99,8 +99,12 @@ async def test_flat_outputs_send_every_path_to_the_fallback(tiny: Plan) -> None:
 
 async def test_the_fake_model_fills_a_hinted_id_from_the_referenced_output(tiny: Plan) -> None:
     # Real demo tools reject an unknown asset id, so success means the right id was picked.
-    run = await rc.run_policy(tiny, demo_tools(), "planexec")
+    # (prose hints off: the filter tier would read this hint without the model)
+    run = await rc.run_policy(tiny, demo_tools(), "planexec", options={"prose_hints": False})
     assert run.resolve_calls == 1
+    assert set(run.statuses.values()) == {"SUCCEEDED"}
+    run = await rc.run_policy(tiny, demo_tools(), "planexec")
+    assert run.resolve_calls == 0 and run.grounding == {"filtered": 1}
     assert set(run.statuses.values()) == {"SUCCEEDED"}
 
 
