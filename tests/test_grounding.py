@@ -556,3 +556,31 @@ def test_first_last_len_pick_by_position(records: list[dict[str, Any]], which: s
     assert isinstance(out, ResolvedArgs), (hint, out)
     expected = {"first": records[0], "last": records[-1], "len": len(records)}[which]
     assert out.args["x"] == expected and out.methods["x"] is M.FILTERED
+
+
+PROSE_VALUES = st.one_of(st.integers(-50, 50), st.text("abcXYZ09-", min_size=1, max_size=6))
+PROSE_RECORDS = st.lists(st.fixed_dictionaries({}, optional={f: PROSE_VALUES for f in FIELDS}),
+                         min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(PROSE_RECORDS, st.sampled_from(FIELDS), st.sampled_from(FIELDS), st.data())
+def test_the_prose_form_picks_the_one_record_holding_the_value(
+    records: list[dict[str, Any]], key: str, wanted: str, data: st.DataObject
+) -> None:
+    import asyncio
+
+    holding = [r for r in records if key in r]
+    if not holding:
+        return
+    text = str(data.draw(st.sampled_from([r[key] for r in holding])))
+    # oracle: the records with any field equal to the value, compared as documented
+    oracle = [r for r in records if any(normalize(v) == normalize(text) for v in r.values())]
+    hint = f"{wanted}_for_{text}_from_step_1"
+    out = asyncio.run(ArgResolver().resolve(Step(id=5, tool="target", args={"x": hinted(hint)}),
+                                            None, {1: ok(1, {"rows": records})}))
+    if len(oracle) == 1 and wanted in oracle[0]:
+        assert isinstance(out, ResolvedArgs), (hint, out)
+        assert out.args["x"] == oracle[0][wanted] and out.methods["x"] is M.FILTERED
+    else:
+        assert isinstance(out, ResolutionFailure), (hint, records, out)
