@@ -10,7 +10,9 @@ Per argument, in this order (`docs/resolution.md` has examples):
    looked into: no ``getattr`` on arbitrary objects, and nothing is evaluated.
 3b. **filtered** — a hinted reference the filter grammar reads (`planexec.filters`:
    ``find(key='v')``, ``[key=v]``, ``[?key=='v']``, ``where key = v``, ``first``,
-   ``last``, ``len``), matched, never evaluated; exactly one item or the fallback.
+   ``last``, ``len``; the word form ``step_N_FIELD``; the prose forms
+   ``FIELD_for_VALUE_from_step_N`` and ``FIELD from step_N``), matched, never evaluated;
+   exactly one value or the fallback.
 4. **interpolated** — references embedded in text are written into it (strings as they
    are, everything else as compact JSON).
 5. **coerced** — the value is validated against the argument's schema type in pydantic's
