@@ -518,8 +518,9 @@ class TimelineBar:
     (``asset_id ← filtered, grounded at step_1.assets[0].id``), for the tooltip;
     ungrounded values are flagged ``UNGROUNDED``."""
     filled: tuple[str, ...] = ()
-    """The lines of `provenance` for arguments with a recorded grounding (filled by the
-    filter tier, the LLM fallback or tool selection), drawn beside the PNG's bar."""
+    """In short, the arguments with a recorded grounding (filled by the filter tier, the
+    LLM fallback or tool selection): ``asset_id ← filtered at step_1.assets[0].id``,
+    ``asset_id ← llm, UNGROUNDED``; drawn beside the PNG's bar."""
 
 
 def _provenance(result: StepResult) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -529,8 +530,15 @@ def _provenance(result: StepResult) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for arg, method in result.resolution.items():
         g = result.grounding.get(arg)
         lines.append(f"{arg} ← {method}" + (f", {g.describe()}" if g is not None else ""))
-        if g is not None:
-            filled.append(lines[-1])
+        if g is None:
+            continue
+        if not g.grounded:
+            filled.append(f"{arg} ← {method}, UNGROUNDED")
+        elif g.paths:
+            more = f" (+{len(g.paths) - 1})" if len(g.paths) > 1 else ""
+            filled.append(f"{arg} ← {method} at {g.paths[0]}{more}")
+        else:
+            filled.append(f"{arg} ← {method}, {g.status}")
     return tuple(lines), tuple(filled)
 
 
@@ -707,8 +715,8 @@ def render_timeline_png(record: RunRecord, bars: list[TimelineBar], out: Path) -
         )
         if b.filled:  # the arguments the filter tier or a model filled, and their grounding
             ax.text(b.start + max(b.duration, span * 0.006), i, "  " + "; ".join(b.filled),
-                    va="center", fontsize="x-small")
-    ax.set_xlim(0, span * 1.02)
+                    va="center", fontsize="x-small", clip_on=True)
+    ax.set_xlim(0, span * (1.6 if any(b.filled for b in bars) else 1.02))
     ax.set_yticks(range(len(bars)), [b.label for b in bars])
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the start of the run")

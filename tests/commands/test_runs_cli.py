@@ -323,7 +323,8 @@ async def test_the_timeline_shows_each_arguments_provenance(
     assert by_step["v1 #2 read"].provenance == (
         "label ← llm, UNGROUNDED: 'CWC09999' found nowhere", "prev ← literal",
     )
-    assert by_step["v1 #2 read"].filled == by_step["v1 #2 read"].provenance[:1]
+    assert by_step["v1 #1 read"].filled == ("label ← filtered at step_0.assets[0].id",)
+    assert by_step["v1 #2 read"].filled == ("label ← llm, UNGROUNDED",)
     out = tmp_path / "prov.html"
     assert main(["runs", "timeline", "prov", "--out", str(out)]) == 0
     page = out.read_text()
