@@ -60,6 +60,7 @@ from planexec.grounding import HintLiteral, key_form
 from planexec.plan import PathElem, Ref, format_path
 
 __all__ = [
+    "FILLER_WORDS",
     "FilterMiss",
     "Filtered",
     "HintQuery",
