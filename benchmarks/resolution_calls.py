@@ -63,7 +63,7 @@ from planexec.config import ExecutorSettings
 from planexec.errors import ErrorKind, PlanParseError
 from planexec.events import EventBus
 from planexec.executor import Executor
-from planexec.filters import Field, Pick, Select, parse_hint
+from planexec.filters import Field, Key, Pick, Select, parse_hint
 from planexec.parsing import contains_placeholder, parse_plan
 from planexec.parsing.refs import is_free_placeholder
 from planexec.plan import PathElem, Plan, Step, iter_refs, to_jsonable
@@ -87,19 +87,25 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DEMO_PLANS = ROOT / "planexec" / "examples" / "plans"
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "real_plans"
+CORPUS_CANDIDATES = tuple(
+    base / "shared" / "corpus" / "real_plans" for base in (ROOT.parent, ROOT.parent.parent)
+)
+"""Where the corpus is looked for: ``shared/`` beside the checkout, or beside its parent
+(a git worktree under ``wt/``); ``--corpus DIR`` names it."""
+CORPUS = next((c for c in CORPUS_CANDIDATES if c.is_dir()), CORPUS_CANDIDATES[0])
 
 POLICIES = ("planexec", "per_placeholder_step", "per_tool_step")
 """planexec's own policy, then baseline A and baseline B."""
 
 STAGES: dict[str, dict[str, Any]] = {
     "before": {"filters": False, "ungrounded": "warn"},
+    "after_no_prose": {"prose_hints": False},
     "after": {},
-    "after_prose": {"prose_hints": True},
 }
 """planexec's resolver before issue 19 (no filter tier; ungrounded values only
-recorded), as it is now (the defaults: the filter tier, ``ungrounded="reresolve"``),
-and with the filter tier's opt-in prose form (``FIELD_for_VALUE_from_step_N``)."""
+recorded), with the filter tier but without its prose form (``prose_hints=False``: the
+default until the word form and prose-by-default), and as it is now (the defaults: the
+filter tier with its prose form, ``ungrounded="reresolve"``). All three in one run."""
 
 ToolsFactory = Callable[[], list[BaseTool]]
 """Builds a fresh set of tools for one run (no state shared between runs)."""
@@ -171,7 +177,8 @@ def _insert_query(node: Any, ops: Sequence[Any], tool: str, done: Sequence[PathE
     """Like `_insert`, for a hint the filter grammar reads.
 
     Each filter grows a list with one item that matches it and one decoy that does not
-    (so the filter has to choose).
+    (so the filter has to choose); a word-form field (``step_1_selected_site``) grows a
+    dict with that key, spelt as the hint spells it.
     """
     if not ops:
         return node if node is not None else _leaf(tool, done)
@@ -196,6 +203,13 @@ def _insert_query(node: Any, ops: Sequence[Any], tool: str, done: Sequence[PathE
             return node
         index = 0 if head.which == "first" else len(node) - 1
         node[index] = _insert_query(node[index], rest, tool, (*done, index))
+        return node
+    if isinstance(head, Key):
+        if node is None or isinstance(node, str):
+            node = {}
+        if not isinstance(node, dict):
+            return node
+        node[head.name] = _insert_query(node.get(head.name), rest, tool, (*done, head.name))
         return node
     if isinstance(head, Field):
         if not isinstance(node, dict):
@@ -544,6 +558,8 @@ class PolicyRun:
     free_text_calls: int = 0
     """LLM calls of steps whose fallback filled a free-text placeholder
     (``<chiller_asset_id>``), part of ``resolve_calls``."""
+    llm_refs: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Per step, the arguments the fallback filled and their references as written."""
 
 
 def _why_llm(value: Any, results: Mapping[int, StepResult], dialect: str | None) -> str:
@@ -561,6 +577,11 @@ def _why_llm(value: Any, results: Mapping[int, StepResult], dialect: str | None)
     if not refs and contains_placeholder(value, dialect=dialect):
         return "placeholder_text"
     return "type"
+
+
+def _short_text(value: Any, limit: int = 80) -> str:
+    text = json.dumps(to_jsonable(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _bound_args(step: Step, spec: ToolSpec | None) -> dict[str, Any]:
@@ -621,6 +642,7 @@ async def run_policy(
     results = await executor.run(plan)
     by_id = {r.step_id: r for r in results}
     llm_args: dict[int, dict[str, str]] = {}
+    llm_refs: dict[int, dict[str, str]] = {}
     grounding: Counter[str] = Counter()
     free_text_calls = 0
     for r in results:
@@ -641,6 +663,10 @@ async def run_policy(
         llm_args[r.step_id] = {
             a: _why_llm(bound.get(a), by_id, plan.dialect) for a in llm
         }
+        llm_refs[r.step_id] = {
+            a: " ".join(ref.raw or ref.canonical for ref in iter_refs(bound.get(a)))
+            or _short_text(bound.get(a)) for a in llm
+        }
         if "free_text" in llm_args[r.step_id].values():
             free_text_calls += r.llm_calls
     return PolicyRun(
@@ -650,6 +676,7 @@ async def run_policy(
         llm_args=llm_args,
         grounding=dict(grounding),
         free_text_calls=free_text_calls,
+        llm_refs=llm_refs,
     )
 
 
@@ -692,10 +719,14 @@ class PlanReport:
     """Whether every policy's run ended every step the same way."""
     planexec_calls_flat: int | None = None
     """Corpus plans: planexec's calls when no path can be followed (flat outputs)."""
+    planexec_calls_unshaped_hints: int | None = None
+    """Corpus plans: planexec's calls when hinted references shape no output (paths do)."""
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """planexec's resolver per `STAGES` entry: ``calls`` and ``grounding`` counts."""
     free_text_calls: int = 0
     """planexec's calls spent on steps with free-text placeholders (``<site_name>``)."""
+    fallback_refs: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Per step, the arguments planexec's fallback filled and their references."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON row."""
@@ -717,9 +748,11 @@ class PlanReport:
             "ratio_planexec_to_b": _ratio(pe, b),
             "fallback_args": self.fallback_args,
             "fallback_steps": {str(k): v for k, v in self.fallback_steps.items()},
+            "fallback_refs": {str(k): v for k, v in self.fallback_refs.items()},
             "statuses": self.statuses,
             "consistent": self.consistent,
             "planexec_calls_flat_outputs": self.planexec_calls_flat,
+            "planexec_calls_unshaped_hints": self.planexec_calls_unshaped_hints,
             "stages": self.stages,
         }
 
@@ -763,6 +796,7 @@ async def measure_plan(
         resolved_steps=mine.resolved_steps,
         fallback_args=dict(sorted(reasons.items())),
         fallback_steps=mine.llm_args,
+        fallback_refs=mine.llm_refs,
         statuses=dict(sorted(Counter(mine.statuses.values()).items())),
         consistent=all(r.statuses == mine.statuses for r in runs.values()),
         stages=stages,
@@ -785,7 +819,7 @@ async def measure_all(corpus: Path | None) -> dict[str, Any]:
         rows.append(await measure_plan(plan, path.stem, "demo", _demo_factory))
     corpus_note: str | None = None
     if corpus is None or not corpus.is_dir():
-        corpus_note = f"corpus not found at {CORPUS}: corpus plans skipped"
+        corpus_note = f"corpus not found at {corpus}: corpus plans skipped"
     else:
         for path in sorted(corpus.glob("*.txt")):
             try:
@@ -805,6 +839,10 @@ async def measure_all(corpus: Path | None) -> dict[str, Any]:
                 plan, corpus_tools(plan, shaped=False), "planexec", error_payload_keys=()
             )
             row.planexec_calls_flat = flat.resolve_calls
+            unshaped = await run_policy(
+                plan, corpus_tools(plan, hinted=False), "planexec", error_payload_keys=()
+            )
+            row.planexec_calls_unshaped_hints = unshaped.resolve_calls
             rows.append(row)
     totals = {src: _totals([r for r in rows if r.source == src]) for src in ("demo", "corpus")}
     totals["all"] = _totals(rows)
@@ -816,7 +854,7 @@ async def measure_all(corpus: Path | None) -> dict[str, Any]:
             "baseline_b": "one call per tool step",
         },
         "python": sys.version.split()[0],
-        "corpus_dir": str(CORPUS),
+        "corpus_dir": str(corpus) if corpus is not None else None,
         "corpus_note": corpus_note,
         "skipped": skipped,
         "totals": totals,
@@ -839,6 +877,11 @@ def _totals(rows: Sequence[PlanReport]) -> dict[str, Any]:
         out["planexec_calls_flat_outputs"] = sum(flat)
         out["ratio_flat_to_a"] = _ratio(sum(flat), out["baseline_a_calls"])
         out["ratio_flat_to_b"] = _ratio(sum(flat), out["baseline_b_calls"])
+    unshaped = [r.planexec_calls_unshaped_hints for r in rows
+                if r.planexec_calls_unshaped_hints is not None]
+    if unshaped and len(unshaped) == len(rows):
+        out["planexec_calls_unshaped_hints"] = sum(unshaped)
+        out["ratio_unshaped_hints_to_a"] = _ratio(sum(unshaped), out["baseline_a_calls"])
     reasons: Counter[str] = Counter()
     for r in rows:
         reasons.update(r.fallback_args)
@@ -914,6 +957,23 @@ def _table(report: Mapping[str, Any]) -> str:
             f"{fmt(corpus['ratio_flat_to_a']).strip()}, pe/B "
             f"{fmt(corpus['ratio_flat_to_b']).strip()}"
         )
+    if "planexec_calls_unshaped_hints" in corpus:
+        lines.append(
+            f"corpus, hinted references shape no output: planexec "
+            f"{corpus['planexec_calls_unshaped_hints']} calls, pe/A "
+            f"{fmt(corpus['ratio_unshaped_hints_to_a']).strip()}"
+        )
+    return "\n".join(lines)
+
+
+def _fallback_list(report: Mapping[str, Any]) -> str:
+    """Every argument planexec's default resolver still sends to the model, and why."""
+    lines = ["arguments planexec's fallback filled (plan step: argument [reason] references):"]
+    for d in report["plans"]:
+        for sid, per_arg in d["fallback_steps"].items():
+            refs = d.get("fallback_refs", {}).get(sid, {})
+            for arg, why in per_arg.items():
+                lines.append(f"  {d['plan']} {sid}: {arg} [{why}] {refs.get(arg, '')}")
     return "\n".join(lines)
 
 
@@ -921,15 +981,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, write the JSON and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--no-corpus", action="store_true", help="measure demo plans only")
+    parser.add_argument("--quick", action="store_true",
+                        help="a fast smoke run: the demo plans only (like --no-corpus)")
+    parser.add_argument("--corpus", type=Path, default=CORPUS,
+                        help=f"the corpus directory (default: {CORPUS})")
+    parser.add_argument("--list", action="store_true",
+                        help="also list every argument the fallback still fills, and why")
     parser.add_argument("--out", type=Path, default=RESULTS / "resolution_calls.json")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
     args = parser.parse_args(argv)
     logger.remove()
-    report = asyncio.run(measure_all(None if args.no_corpus else CORPUS))
+    report = asyncio.run(measure_all(None if args.no_corpus or args.quick else args.corpus))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if not args.quiet:
         print(_table(report))
+        if args.list:
+            print(_fallback_list(report))
         if report["corpus_note"]:
             print(report["corpus_note"])
         if report["skipped"]:

@@ -182,6 +182,10 @@ class ResolverSettings(_Settings):
     ``warn`` (event, flag on the step), ``reresolve`` (ask once more, showing the
     values that do occur; then fail) or ``fail`` (``RESOLUTION_UNGROUNDED``). See
     docs/resolution.md, "Grounding"."""
+    prose_hints: bool = True
+    """Let the filter tier read hints written as prose (``asset_id_for_Chiller_6_from_step_1``,
+    ``Name from #E1``) without a model, when exactly one value fits them; false sends them
+    to the LLM fallback. See docs/resolution.md, "The filter tier"."""
 
 
 class ModelSettings(_Settings):

@@ -20,12 +20,20 @@ llmcompiler) and continues with any sequence of:
 ``.len``, ``.length``           the number of items (``len()`` too); ends the path
 ============================  ===============================================
 
-Prose form (**opt-in**: ``ArgResolver(prose_hints=True)``; its literal is always a
-constraint, see `hint_literals`) — ``FIELD for VALUE from step_N`` (underscores read as spaces:
-``asset_id_for_Chiller_6_from_step_2``; ``of`` for ``for``, ``in`` for ``from`` work
-too): the one dict anywhere in the output with a field equal to ``VALUE`` (underscores
-and spaces alike), then its field ``FIELD`` (or, when it has none, the field named by
-``FIELD``'s last word: ``asset_id`` → ``id``).
+Word form — ``step_N_FIELD`` (``{step_1_selected_site}``, ``{step_2_selected_asset_id}``):
+the one value anywhere in the output under a key that ``FIELD`` names (see `Key`: the
+whole of ``FIELD``, or a trailing run of its words whose dropped words are fillers such
+as ``selected`` or start a key on the way: ``asset`` for ``.assets[0].id``). Several
+such keys, or none → the LLM fallback.
+
+Prose form (read by default; ``ArgResolver(prose_hints=False)`` or the setting
+``resolver.prose_hints = false`` leave it to the fallback, and its literal is a
+constraint either way, see `hint_literals`) — ``FIELD for VALUE from step_N``
+(underscores read as spaces: ``asset_id_for_Chiller_6_from_step_2``; ``of`` for ``for``,
+``in`` for ``from`` work too): the one dict anywhere in the output with a field equal
+to ``VALUE`` (underscores and spaces alike), then its field ``FIELD`` (or, when it has
+none, the field named by ``FIELD``'s last word: ``asset_id`` → ``id``).
+``FIELD from step_N`` (``<Name from #E1>``) is the word form written as prose.
 
 Items: a filter applies to a list of dicts (or pydantic models); applied to a dict, it
 looks through the lists directly under it (``{"assets": [...]}``). Field names compare
@@ -52,9 +60,11 @@ from planexec.grounding import HintLiteral, key_form
 from planexec.plan import PathElem, Ref, format_path
 
 __all__ = [
+    "FILLER_WORDS",
     "FilterMiss",
     "Filtered",
     "HintQuery",
+    "Key",
     "Pick",
     "Select",
     "apply_path",
@@ -92,7 +102,23 @@ class Field:
     name: str
 
 
-Op = PathElem | Select | Pick | Field
+@dataclass(frozen=True)
+class Key:
+    """The one value anywhere in the output under a key that ``name`` names (word form).
+
+    A key names it when it equals ``name`` loosely, or equals a trailing run of its words
+    (``selected_asset_id`` → ``asset_id``, ``id``) whose dropped leading words are each
+    a filler word (`FILLER_WORDS`) or start a key on the way to it (``asset`` for
+    ``.assets[0].id``).
+    """
+
+    name: str
+
+
+Op = PathElem | Select | Pick | Field | Key
+
+FILLER_WORDS = frozenset({"selected", "chosen", "the", "a", "an", "given", "target"})
+"""Leading words of a word-form field that name no key (``step_1_selected_site``)."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +133,8 @@ class HintQuery:
     @property
     def filters(self) -> str:
         """The filters of the query, for messages (``find(name='X')``)."""
-        parts = [o.text if isinstance(o, Select) else o.which if isinstance(o, Pick) else ""
-                 for o in self.ops]
+        parts = [o.text if isinstance(o, Select) else o.which if isinstance(o, Pick)
+                 else f"field {o.name!r}" if isinstance(o, Key) else "" for o in self.ops]
         return " ".join(p for p in parts if p) or self.text
 
 
@@ -156,6 +182,14 @@ _PROSE = re.compile(
     r"(?:step\s?(?P<s>\d+)|#E(?P<e>\d+)|\$\{?(?P<d>\d+)\}?)\s*$",
     re.IGNORECASE,
 )
+_WORD_FIELD = re.compile(
+    r"^\s*[Ss][Tt][Ee][Pp]_?(?P<s>\d+)_(?P<field>[A-Za-z][A-Za-z0-9_]*?)_*\s*$"
+)
+_FIELD_FROM = re.compile(
+    r"^\s*(?:the\s+)?(?P<field>[A-Za-z][A-Za-z0-9 ]*?)\s+(?:from|of|in)\s+"
+    r"(?:step\s?(?P<s>\d+)|#E(?P<e>\d+)|\$\{?(?P<d>\d+)\}?)\s*$",
+    re.IGNORECASE,
+)
 _LOOSE_FILTER = re.compile(r"(?P<k>[A-Za-z_][\w\-]*)\s*==?\s*(?P<v>" + _Q + r")")
 _NAMED = re.compile(
     r"\b(?:named|called)\s+(?P<v>" + _Q + r"|.+?)(?=\s+(?:from|in|of|at|on|and|with)\s|\s*$)",
@@ -179,8 +213,8 @@ def parse_hint(ref: Ref, *, prose: bool = False) -> HintQuery | None:
 
     Args:
         ref: A reference; only hinted ones (``ref.is_hinted``) are read.
-        prose: Also read the prose form (``FIELD for VALUE from step_N``). Off by
-            default: see "Prose form" in the module docstring.
+        prose: Also read the prose form (``FIELD for VALUE from step_N``, ``FIELD
+            from step_N``); the resolver passes its ``prose_hints`` (on by default).
 
     Returns:
         The query, or None when the hint is not one of the grammar's shapes (or names
@@ -189,6 +223,12 @@ def parse_hint(ref: Ref, *, prose: bool = False) -> HintQuery | None:
     if ref.hint is None:
         return None
     hint = ref.hint.strip()
+    word = _WORD_FIELD.match(hint)
+    if word is not None:
+        field = word.group("field")
+        if int(word.group("s")) != ref.step or not _content_words(field):
+            return None
+        return HintQuery(ref.step, (Key(field),), hint)
     prose_match = _PROSE.match(hint.replace("_", " ")) if prose else None
     if prose_match is not None:
         sid = int(prose_match.group("s") or prose_match.group("e") or prose_match.group("d"))
@@ -198,6 +238,13 @@ def parse_hint(ref: Ref, *, prose: bool = False) -> HintQuery | None:
         field = prose_match.group("field").strip().replace(" ", "_")
         text = f"{field} for {value!r}"
         return HintQuery(ref.step, (Select(None, value, text, True), Field(field)), hint)
+    from_match = _FIELD_FROM.match(hint.replace("_", " ")) if prose else None
+    if from_match is not None:
+        sid = int(from_match.group("s") or from_match.group("e") or from_match.group("d"))
+        field = from_match.group("field").strip().replace(" ", "_")
+        if sid != ref.step or not _content_words(field):
+            return None
+        return HintQuery(ref.step, (Key(field),), hint)
     m = _STEP_PREFIX.match(hint)
     if m is None or _step_of(m) != ref.step:
         return None
@@ -231,6 +278,11 @@ def parse_hint(ref: Ref, *, prose: bool = False) -> HintQuery | None:
     if any(isinstance(o, Pick) and o.which == "len" for o in ops[:-1]):
         return None  # len ends the path
     return HintQuery(ref.step, tuple(ops), hint)
+
+
+def _content_words(field: str) -> list[str]:
+    words = [w for w in re.split(r"[\s_\-]+", field) if w]
+    return words if any(w.casefold() not in FILLER_WORDS for w in words) else []
 
 
 def hint_literals(ref: Ref) -> tuple[HintLiteral, ...]:
@@ -359,6 +411,45 @@ def _field(node: Any, path: tuple[PathElem, ...], op: Field) -> tuple[Any, tuple
     return value, (*path, key)
 
 
+def _key_matches(name: str, key: str, ancestors: Sequence[str]) -> bool:
+    words = [w.casefold() for w in _content_words(name)] or [name.casefold()]
+    if key_form(key) == key_form(name):
+        return True
+    above = [key_form(a) for a in ancestors]
+    for cut in range(1, len(words)):
+        if key_form(key) != "".join(words[cut:]):
+            continue
+        if all(w in FILLER_WORDS or any(a.startswith(w) for a in above) for w in words[:cut]):
+            return True
+    return False
+
+
+def _named(node: Any, path: tuple[PathElem, ...], op: Key) -> tuple[Any, tuple[PathElem, ...]]:
+    found: list[tuple[Any, tuple[PathElem, ...]]] = []
+
+    def walk(here: Any, where: tuple[PathElem, ...]) -> None:
+        fields = _fields(here)
+        if fields is not None:
+            for k, v in fields.items():
+                ancestors = [str(e) for e in where if isinstance(e, str)]
+                if _key_matches(op.name, str(k), ancestors):
+                    found.append((v, (*where, k)))
+                walk(v, (*where, k))
+        elif isinstance(here, list | tuple):
+            for i, v in enumerate(here):
+                walk(v, (*where, i))
+
+    walk(node, path)
+    if len(found) == 1:
+        return found[0]
+    at = format_path(path) or "the output"
+    if not found:
+        raise FilterMiss(f"field {op.name!r}: no key of {at} names it")
+    paths = ", ".join(format_path(w) for _, w in found[:5])
+    raise FilterMiss(f"field {op.name!r}: {len(found)} keys of {at} name it ({paths}); which "
+                     "one is not clear")
+
+
 def _pick(node: Any, path: tuple[PathElem, ...], op: Pick) -> tuple[Any, tuple[PathElem, ...]]:
     if not isinstance(node, list | tuple):
         items = list(_items(node, path))
@@ -406,6 +497,8 @@ def apply_query(query: HintQuery, output: Any, follow: Follow) -> Filtered:
             node, path = _select(node, path, op, anywhere=prose)
         elif isinstance(op, Field):
             node, path = _field(node, path, op)
+        elif isinstance(op, Key):
+            node, path = _named(node, path, op)
         elif isinstance(op, Pick):
             node, path = _pick(node, path, op)
             counted = op.which == "len"

@@ -10,7 +10,9 @@ Per argument, in this order (`docs/resolution.md` has examples):
    looked into: no ``getattr`` on arbitrary objects, and nothing is evaluated.
 3b. **filtered** — a hinted reference the filter grammar reads (`planexec.filters`:
    ``find(key='v')``, ``[key=v]``, ``[?key=='v']``, ``where key = v``, ``first``,
-   ``last``, ``len``), matched, never evaluated; exactly one item or the fallback.
+   ``last``, ``len``; the word form ``step_N_FIELD``; the prose forms
+   ``FIELD_for_VALUE_from_step_N`` and ``FIELD from step_N``), matched, never evaluated;
+   exactly one value or the fallback.
 4. **interpolated** — references embedded in text are written into it (strings as they
    are, everything else as compact JSON).
 5. **coerced** — the value is validated against the argument's schema type in pydantic's
@@ -596,7 +598,7 @@ class ArgResolver:
         output_budget: int = 4000,
         ungrounded: Literal["warn", "reresolve", "fail"] = "reresolve",
         filters: bool = True,
-        prose_hints: bool = False,
+        prose_hints: bool = True,
     ) -> None:
         """Create a resolver.
 
@@ -613,8 +615,9 @@ class ArgResolver:
                 (`planexec.filters`) before asking the model; False only to measure
                 the resolver without that tier.
             prose_hints: Let the filter tier also read the prose form
-                ``FIELD_for_VALUE_from_step_N`` (off by default; its literal constrains
-                the fallback's answer either way).
+                (``FIELD_for_VALUE_from_step_N``, ``FIELD from step_N``); False leaves
+                those hints to the fallback (their literals constrain its answer either
+                way).
         """
         if ungrounded not in _POLICIES:
             raise ValueError(f"ungrounded must be one of {_POLICIES}, not {ungrounded!r}")

@@ -263,6 +263,7 @@ class Runtime:
             client,
             output_budget=self.config.resolver.output_budget,
             ungrounded=self.config.resolver.ungrounded,
+            prose_hints=self.config.resolver.prose_hints,
         )
 
     async def start_trace(

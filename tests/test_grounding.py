@@ -259,8 +259,10 @@ def test_hint_literals_are_read_from_filters_and_prose() -> None:
 )
 async def test_an_answer_contradicting_the_hint_is_rejected_with_the_reason(hint: str) -> None:
     model = answering({"asset_id": "CWC04009"}, {"asset_id": "CWC04006"})
+    # prose_hints=False: the filter tier would read the prose form without any model;
+    # its literal constrains the fallback all the same
     out = await resolve(step({"asset_id": hinted(hint)}), spec_of(asset_id=str), model,
-                        ungrounded="warn")
+                        ungrounded="warn", prose_hints=False)
     assert isinstance(out, ResolvedArgs), out
     assert out.args == {"asset_id": "CWC04006"} and out.llm_calls == 2
     retry = messages_text(model.requests[1])
@@ -272,7 +274,7 @@ async def test_an_answer_contradicting_the_hint_is_rejected_with_the_reason(hint
 async def test_a_contradicted_hint_fails_whatever_the_policy(policy: str) -> None:
     out = await resolve(step({"asset_id": hinted("asset_id_for_Chiller_6_from_step_1")}),
                         spec_of(asset_id=str), answering({"asset_id": "CWC04009"}),
-                        ungrounded=policy)
+                        ungrounded=policy, prose_hints=False)
     assert isinstance(out, ResolutionFailure)
     assert out.kind is ErrorKind.RESOLUTION_FAILED and out.llm_calls == 2
     assert "contradicts the hint {asset_id_for_Chiller_6_from_step_1}" in out.message
@@ -368,19 +370,70 @@ async def test_no_match_or_several_fall_back_to_the_llm_with_the_reason(hint: st
 
 
 def test_hints_outside_the_grammar_are_not_read() -> None:
-    for hint in ("step_1_selected_site", "Name from #E1", "step_1.assets[0].id",
-                 "step_2.find(name='x').id"):  # a plain path is no filter; wrong step
-        assert parse_hint(hinted(hint)) is None
-    assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1")) is None  # opt-in
+    for hint in ("Name from #E1", "step_1.assets[0].id", "step_1_selected", "step_1_the",
+                 "step_2.find(name='x').id", "step_2_site"):  # a plain path is no filter;
+        assert parse_hint(hinted(hint)) is None                # fillers only; wrong step
+    assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1")) is None  # prose=False
     assert parse_hint(hinted("asset_id_for_Chiller_6_from_step_1"), prose=True) is not None
 
 
-async def test_the_prose_form_is_opt_in() -> None:
+@pytest.mark.parametrize(
+    ("hint", "output", "value", "where"),
+    [
+        ("step_1_selected_site", {"site": "MAIN", "assets": []}, "MAIN", "step_1.site"),
+        ("step_1_site_name", ASSETS, "MAIN", "step_1.site_name"),
+        ("step_1_selected_asset_id", {"asset": {"id": "A1", "name": "x"}}, "A1",
+         "step_1.asset.id"),
+        ("step_1_selected_asset_id", {"assets": [{"id": "A1"}]}, "A1", "step_1.assets[0].id"),
+        ("step_1_asset_id", {"asset_id": "A1", "site": {"id": "S"}}, "A1", "step_1.asset_id"),
+        ("step_1_sensor_names", {"sensor_names": ["a", "b"]}, ["a", "b"],
+         "step_1.sensor_names"),
+    ],
+)
+async def test_the_word_form_takes_the_one_field_its_words_name(
+    hint: str, output: Any, value: Any, where: str
+) -> None:
+    out = await resolve(step({"x": hinted(hint)}), None, results={1: ok(1, output)})
+    assert isinstance(out, ResolvedArgs), out
+    assert out.args == {"x": value} and out.methods == {"x": M.FILTERED}
+    assert out.llm_calls == 0 and out.grounding["x"].paths == (where,)
+
+
+@pytest.mark.parametrize(
+    ("hint", "output", "why"),
+    [
+        # several keys name it: which asset was "selected" is not clear
+        ("step_1_selected_asset_id", ASSETS, "3 keys of the output name it"),
+        # a bare ``id`` is not the asset's id: ``asset`` is on no key on its way
+        ("step_1_selected_asset_id", {"id": "S1"}, "no key of the output names it"),
+        ("step_1_selected_asset_name", {"site": {"name": "MAIN"}}, "no key of the output"),
+        ("step_1_sensor_names", {"sensors": [{"name": "a"}, {"name": "b"}]}, "no key"),
+    ],
+)
+async def test_the_word_form_never_guesses(hint: str, output: Any, why: str) -> None:
+    out = await resolve(step({"x": hinted(hint)}), spec_of(x=str), results={1: ok(1, output)})
+    assert isinstance(out, ResolutionFailure) and out.kind is ErrorKind.RESOLUTION_FAILED
+    assert "the filter grammar read it, but" in out.message and why in out.message
+
+
+async def test_field_from_step_is_the_prose_word_form() -> None:
+    s = step({"x": hinted("Name from #E1")})
+    results = {1: ok(1, {"name": "Jannik Sinner", "rank": 4})}
+    out = await resolve(s, None, results=results, prose_hints=True)
+    assert isinstance(out, ResolvedArgs), out
+    assert out.args == {"x": "Jannik Sinner"} and out.methods == {"x": M.FILTERED}
+    assert isinstance(await resolve(s, spec_of(x=str), results=results, prose_hints=False),
+                      ResolutionFailure)
+
+
+async def test_the_prose_form_is_read_by_default_and_can_be_turned_off() -> None:
     s = step({"asset_id": hinted("asset_id_for_Chiller_6_from_step_1")})
-    out = await resolve(s, spec_of(asset_id=str), prose_hints=True)
+    out = await resolve(s, spec_of(asset_id=str))
     assert isinstance(out, ResolvedArgs), out
     assert out.args == {"asset_id": "CWC04006"} and out.methods == {"asset_id": M.FILTERED}
-    assert isinstance(await resolve(s, spec_of(asset_id=str)), ResolutionFailure)
+    assert out.grounding["asset_id"].paths == ("step_1.assets[0].id",)
+    off = await resolve(s, spec_of(asset_id=str), prose_hints=False)
+    assert isinstance(off, ResolutionFailure) and "no model is configured" in off.message
 
 
 async def test_the_filter_tier_can_be_turned_off() -> None:
@@ -444,3 +497,90 @@ def test_plan_parse_gives_hinted_refs_the_grammar_reads() -> None:
     (ref,) = plan.step(2).refs
     query = parse_hint(ref)
     assert query is not None and query.filters == "find(name='CWC04009')"
+
+
+TREES = st.recursive(
+    VALUES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.sampled_from(FIELDS), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _key_paths(node: Any, key: str, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Oracle: every path ending in ``key``, by a plain walk of dicts and lists."""
+    found: list[tuple[Any, ...]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key:
+                found.append((*path, k))
+            found += _key_paths(v, key, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += _key_paths(v, key, (*path, i))
+    return found
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TREES, st.sampled_from(FIELDS), st.booleans())
+def test_the_word_form_picks_the_one_key_or_falls_back(tree: Any, key: str, filler: bool
+                                                       ) -> None:
+    import asyncio
+
+    hint = f"step_1_{'selected_' if filler else ''}{key}"
+    out = asyncio.run(ArgResolver().resolve(Step(id=5, tool="target", args={"x": hinted(hint)}),
+                                            None, {1: ok(1, tree)}))
+    paths = _key_paths(tree, key)
+    if len(paths) == 1:
+        assert isinstance(out, ResolvedArgs), (hint, tree, out)
+        node = tree
+        for elem in paths[0]:
+            node = node[elem]
+        assert out.args["x"] == node and out.methods["x"] is M.FILTERED
+    else:
+        assert isinstance(out, ResolutionFailure), (hint, tree, out)
+        assert "the filter grammar read it" in out.message
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RECORDS, st.sampled_from(["first", "last", "len"]), st.booleans())
+def test_first_last_len_pick_by_position(records: list[dict[str, Any]], which: str,
+                                         call: bool) -> None:
+    import asyncio
+
+    hint = f"step_1.rows.{which}{'()' if call else ''}"
+    out = asyncio.run(ArgResolver().resolve(Step(id=5, tool="target", args={"x": hinted(hint)}),
+                                            None, {1: ok(1, {"rows": records})}))
+    assert isinstance(out, ResolvedArgs), (hint, out)
+    expected = {"first": records[0], "last": records[-1], "len": len(records)}[which]
+    assert out.args["x"] == expected and out.methods["x"] is M.FILTERED
+
+
+PROSE_VALUES = st.one_of(st.integers(-50, 50), st.text("abcXYZ09-", min_size=1, max_size=6))
+PROSE_RECORDS = st.lists(st.fixed_dictionaries({}, optional={f: PROSE_VALUES for f in FIELDS}),
+                         min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(PROSE_RECORDS, st.sampled_from(FIELDS), st.sampled_from(FIELDS), st.data())
+def test_the_prose_form_picks_the_one_record_holding_the_value(
+    records: list[dict[str, Any]], key: str, wanted: str, data: st.DataObject
+) -> None:
+    import asyncio
+
+    holding = [r for r in records if key in r]
+    if not holding:
+        return
+    text = str(data.draw(st.sampled_from([r[key] for r in holding])))
+    # oracle: the records with any field equal to the value, compared as documented
+    oracle = [r for r in records if any(normalize(v) == normalize(text) for v in r.values())]
+    hint = f"{wanted}_for_{text}_from_step_1"
+    out = asyncio.run(ArgResolver().resolve(Step(id=5, tool="target", args={"x": hinted(hint)}),
+                                            None, {1: ok(1, {"rows": records})}))
+    if len(oracle) == 1 and wanted in oracle[0]:
+        assert isinstance(out, ResolvedArgs), (hint, out)
+        assert out.args["x"] == oracle[0][wanted] and out.methods["x"] is M.FILTERED
+    else:
+        assert isinstance(out, ResolutionFailure), (hint, records, out)

@@ -40,7 +40,7 @@ from planexec.commands._display import to_json
 from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.errors import ConfigError, MissingExtraError, RunError, require_extra
-from planexec.results import RunStatus, StepStatus
+from planexec.results import RunStatus, StepResult, StepStatus
 from planexec.runs import (
     TOOL_SOURCE_KEY,
     StampedStore,
@@ -720,6 +720,33 @@ class TimelineBar:
     """A `StepStatus` value, or ``IN_FLIGHT``."""
     detail: str = ""
     """Error or note, for the tooltip."""
+    provenance: tuple[str, ...] = ()
+    """Per argument, how it got its value and, for a filled one, where it comes from
+    (``asset_id ← filtered, grounded at step_1.assets[0].id``), for the tooltip;
+    ungrounded values are flagged ``UNGROUNDED``."""
+    filled: tuple[str, ...] = ()
+    """In short, the arguments with a recorded grounding (filled by the filter tier, the
+    LLM fallback or tool selection): ``asset_id ← filtered at step_1.assets[0].id``,
+    ``asset_id ← llm, UNGROUNDED``; drawn beside the PNG's bar."""
+
+
+def _provenance(result: StepResult) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Per argument of a step, its method and grounding: all lines, and the filled ones."""
+    lines: list[str] = []
+    filled: list[str] = []
+    for arg, method in result.resolution.items():
+        g = result.grounding.get(arg)
+        lines.append(f"{arg} ← {method}" + (f", {g.describe()}" if g is not None else ""))
+        if g is None:
+            continue
+        if not g.grounded:
+            filled.append(f"{arg} ← {method}, UNGROUNDED")
+        elif g.paths:
+            more = f" (+{len(g.paths) - 1})" if len(g.paths) > 1 else ""
+            filled.append(f"{arg} ← {method} at {g.paths[0]}{more}")
+        else:
+            filled.append(f"{arg} ← {method}, {g.status}")
+    return tuple(lines), tuple(filled)
 
 
 def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[TimelineBar]]:
@@ -755,6 +782,7 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
             )
             continue
         start = (r.started_at if r.started_at is not None else s.recorded_at or t0) - t0
+        provenance, filled = _provenance(r)
         bars.append(
             TimelineBar(
                 label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'}",
@@ -762,6 +790,8 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
                 duration=max(0.0, r.duration or 0.0),
                 status=str(r.status),
                 detail=r.error or r.note or "",
+                provenance=provenance,
+                filled=filled,
             )
         )
     for c in calls:
@@ -861,6 +891,7 @@ def render_timeline_html(record: RunRecord, bars: list[TimelineBar]) -> str:
         tip = f"{b.label}: {b.status}, start {b.start:.3f}s, {b.duration:.3f}s"
         if b.detail:
             tip += f" — {b.detail}"
+        tip += "".join(f"\n  {line}" for line in b.provenance)
         parts.append(
             f'<text x="{left - 8}" y="{y + row / 2 + 4:.1f}" text-anchor="end">'
             f"{html.escape(b.label)}</text>"
@@ -912,7 +943,10 @@ def render_timeline_png(record: RunRecord, bars: list[TimelineBar], out: Path) -
             color=STATUS_COLORS.get(b.status, "#424242"),
             hatch="//" if b.status == "IN_FLIGHT" else None,
         )
-    ax.set_xlim(0, span * 1.02)
+        if b.filled:  # the arguments the filter tier or a model filled, and their grounding
+            ax.text(b.start + max(b.duration, span * 0.006), i, "  " + "; ".join(b.filled),
+                    va="center", fontsize="x-small", clip_on=True)
+    ax.set_xlim(0, span * (1.6 if any(b.filled for b in bars) else 1.02))
     ax.set_yticks(range(len(bars)), [b.label for b in bars])
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the start of the run")

@@ -11,6 +11,7 @@ from planexec._log import step_log
 from planexec._text import snippet
 from planexec.parsing.jsonrepair import JSONReader, RepairFailure, closing_bracket
 from planexec.parsing.refs import (
+    HINTED_BY,
     MAX_STEP_DIGITS,
     NO_STEP,
     find_malformed,
@@ -147,7 +148,7 @@ class Diagnostics:
                     "reference, so the step fails unless the plan is fixed"
                     if ref.step == NO_STEP
                     else f"refers to step {ref.step} in words the reference grammar cannot "
-                    "follow; only the LLM fallback can resolve it"
+                    f"follow; {HINTED_BY}"
                 )
                 self.add(
                     line,

@@ -12,7 +12,8 @@ Codes (all stable; ``docs/plan-language.md`` has an example of each):
 - ``DEPENDENCY_SELF`` / ``REF_SELF`` (error): a step depends on / refers to itself.
 - ``DEPENDENCY_FORWARD`` / ``REF_FORWARD`` (warning): ... on a step written later.
 - ``CYCLE`` (error): the dependencies form a cycle, named in order (``1 → 3 → 1``).
-- ``REF_HINTED`` (warning): a reference only the LLM fallback can resolve (not
+- ``REF_HINTED`` (warning): a reference the resolver's filter tier or LLM fallback must
+  resolve (not
   repeated when the dialect parser already reported it for that step).
 - ``TOOL_UNKNOWN`` (error): the catalog has no such tool; the closest names are given.
 - ``TOOL_SERVER_MISMATCH`` (warning): the tool exists, but not on the named server.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from planexec.parsing.refs import HINTED_BY
 from planexec.plan import Diagnostic, Plan, Severity, Step
 
 __all__ = ["CatalogLike", "check_plan", "find_cycles"]
@@ -161,7 +163,7 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
                         Severity.WARNING,
                         "REF_HINTED",
                         f"step {step.id}: {where} names step {ref.step} with words the "
-                        "grammar cannot follow; only the LLM fallback can resolve it",
+                        f"grammar cannot follow; {HINTED_BY}",
                         step.id,
                     )
                 )

@@ -64,6 +64,7 @@ from planexec.parsing._common import (
 )
 from planexec.parsing.jsonrepair import RepairFailure, repair_json
 from planexec.parsing.refs import (
+    HINTED_BY,
     NO_STEP,
     contains_placeholder,
     find_malformed,
@@ -950,7 +951,7 @@ def _check_args(
             Severity.WARNING,
             "REF_HINTED",
             f"{ref.location} of step {sid} holds the free-text placeholder {ref.raw!r}, which "
-            f"{how}{'' if ref.step == NO_STEP else '; only the LLM fallback can resolve it'} "
+            f"{how}{'' if ref.step == NO_STEP else '; ' + HINTED_BY} "
             "(never passed to a tool as text)",
             sid,
         )
@@ -961,7 +962,7 @@ def _check_args(
                 Severity.WARNING,
                 "REF_HINTED",
                 f"{ref.location} of step {sid} ({ref.raw}) names step {ref.step} with words "
-                "the grammar cannot follow; only the LLM fallback can resolve it",
+                f"the grammar cannot follow; {HINTED_BY}",
                 sid,
             )
     targets: list[tuple[Any, str, str]] = []  # (value, location, path shown)

@@ -58,6 +58,7 @@ from planexec.plan import PathElem, Ref, Template, format_path
 __all__ = [
     "DIALECTS",
     "FREE_TEXT_KEY",
+    "HINTED_BY",
     "NO_STEP",
     "contains_placeholder",
     "find_malformed",
@@ -448,6 +449,9 @@ def find_refs(value: Any, *, dialect: str = "hashstep", location: str = "args") 
         )
     return value
 
+
+HINTED_BY = "the resolver's filter tier reads it when one value fits, else the LLM fallback"
+"""How a hinted reference gets its value, for parse diagnostics (``REF_HINTED``)."""
 
 NO_STEP = -1
 """The step of a free-text placeholder that names no step in a step with no dependency.

@@ -99,8 +99,12 @@ async def test_flat_outputs_send_every_path_to_the_fallback(tiny: Plan) -> None:
 
 async def test_the_fake_model_fills_a_hinted_id_from_the_referenced_output(tiny: Plan) -> None:
     # Real demo tools reject an unknown asset id, so success means the right id was picked.
-    run = await rc.run_policy(tiny, demo_tools(), "planexec")
+    # (prose hints off: the filter tier would read this hint without the model)
+    run = await rc.run_policy(tiny, demo_tools(), "planexec", options={"prose_hints": False})
     assert run.resolve_calls == 1
+    assert set(run.statuses.values()) == {"SUCCEEDED"}
+    run = await rc.run_policy(tiny, demo_tools(), "planexec")
+    assert run.resolve_calls == 0 and run.grounding == {"filtered": 1}
     assert set(run.statuses.values()) == {"SUCCEEDED"}
 
 
@@ -112,3 +116,51 @@ async def test_unreadable_args_cost_no_call_in_any_policy() -> None:
         run = await rc.run_policy(plan, rc.corpus_tools(plan), policy)
         assert (run.resolve_calls, run.resolved_steps) == (0, 0)
         assert run.statuses == {1: "FAILED"}
+
+
+WORDS = """\
+#Task1: List the sites.
+#Tool1: sites
+#Args1: {}
+#Dependency1: None
+
+#Task2: List the assets at the selected site.
+#Tool2: assets
+#Args2: {"site_name": "{step_1_selected_site}"}
+#Dependency2: #S1
+
+#Task3: List the sensors of Chiller 6.
+#Tool3: sensors
+#Args3: {"asset_id": "{asset_id_for_Chiller_6_from_step_2}"}
+#Dependency3: #S2
+"""
+
+
+async def test_the_stages_compare_the_tiers_in_one_run_and_list_what_the_model_fills() -> None:
+    plan = parse_plan(WORDS)
+    report = await rc.measure_plan(plan, "words", "test",
+                                   lambda: rc.corpus_tools(plan, hinted=True))
+    calls = {stage: report.stages[stage]["calls"] for stage in rc.STAGES}
+    # before: both hints go to the model; without prose: only the prose one; now: none
+    assert calls == {"before": 2, "after_no_prose": 1, "after": 0}
+    assert report.stages["after"]["grounding"] == {"filtered": 2}
+    before = report.stages["before"]["grounding"]  # the fake model finds the asset id, and
+    assert before == {"llm_grounded": 1, "llm_free": 1}  # writes a synthetic site name
+    # what the default still sends to the model is listed with its references
+    row = report.to_dict()
+    assert row["fallback_refs"] == {} and row["planexec_calls"] == 0
+    unshaped = await rc.run_policy(plan, rc.corpus_tools(plan), "planexec")
+    assert unshaped.llm_refs == {2: {"site_name": "{step_1_selected_site}"},
+                                 3: {"asset_id": "{asset_id_for_Chiller_6_from_step_2}"}}
+
+
+def test_quick_writes_the_stages_of_the_demo_plans(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "rc.json"
+    assert rc.main(["--quick", "--quiet", "--out", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    stages = report["totals"]["demo"]["stages"]
+    assert set(stages) == {"before", "after_no_prose", "after"}
+    assert stages["after"]["calls"] <= stages["before"]["calls"]
+    assert report["totals"]["corpus"]["plans"] == 0

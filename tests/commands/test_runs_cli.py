@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sqlite3
 import sys
@@ -286,6 +287,53 @@ async def test_the_html_timeline_is_self_contained_with_one_bar_per_step(
     page = cut.read_text()
     assert page.count('class="bar status-in_flight"') == 1
     assert page.count('class="bar status-succeeded"') == 1
+
+
+async def test_the_timeline_shows_each_arguments_provenance(
+    store_path: Path, tools: Any, tmp_path: Path
+) -> None:
+    from planexec.commands.runs import timeline_bars
+    from planexec.grounding import Grounding
+    from planexec.results import ResolutionMethod as M
+
+    with SQLiteRunStore(store_path) as store:
+        bus = EventBus()
+        store.attach(bus)
+        await bus.emit(RunStarted(run_id="prov", question="which chiller"))
+        await bus.emit(PlanCreated(run_id="prov", version=1, plan=parse_plan(tools.plan_text())))
+        filled = StepResult(
+            step_id=1, tool="read", status=StepStatus.SUCCEEDED, args={"label": "CWC04006"},
+            resolution={"label": M.FILTERED}, started_at=1.0, duration=0.1,
+            grounding={"label": Grounding("grounded", ("step_0.assets[0].id",),
+                                          via="find(name='Chiller 6')")},
+        )
+        guessed = StepResult(
+            step_id=2, tool="read", status=StepStatus.SUCCEEDED,
+            args={"label": "CWC09999", "prev": "x"}, started_at=1.2, duration=0.1,
+            resolution={"label": M.LLM, "prev": M.LITERAL},
+            grounding={"label": Grounding("ungrounded", missing=("'CWC09999'",))},
+        )
+        for result in (filled, guessed):
+            await bus.emit(StepFinished(run_id="prov", result=result))
+        _, bars = timeline_bars(store, "prov")
+    by_step = {b.label: b for b in bars if b.label.startswith("v1 #")}
+    assert by_step["v1 #1 read"].provenance == (
+        "label ← filtered, grounded at step_0.assets[0].id; via find(name='Chiller 6')",
+    )
+    assert by_step["v1 #2 read"].provenance == (
+        "label ← llm, UNGROUNDED: 'CWC09999' found nowhere", "prev ← literal",
+    )
+    assert by_step["v1 #1 read"].filled == ("label ← filtered at step_0.assets[0].id",)
+    assert by_step["v1 #2 read"].filled == ("label ← llm, UNGROUNDED",)
+    out = tmp_path / "prov.html"
+    assert main(["runs", "timeline", "prov", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "label ← filtered, grounded at step_0.assets[0].id" in page
+    assert "label ← llm, UNGROUNDED: &#x27;CWC09999&#x27; found nowhere" in page
+    if importlib.util.find_spec("matplotlib") is not None:  # drawn beside the bars
+        png = tmp_path / "prov.png"
+        assert main(["runs", "timeline", "prov", "--out", str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 async def test_the_png_timeline_is_drawn_with_matplotlib(
