@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from rich.console import Console
 
+from planexec.commands._json import to_json
 from planexec.events import (
     Event,
     PlanCreated,
@@ -16,7 +16,7 @@ from planexec.events import (
     RunStarted,
     StepStarted,
 )
-from planexec.results import StepStatus, jsonable
+from planexec.results import StepStatus
 
 __all__ = [
     "DEFAULT_WIDTH",
@@ -60,16 +60,6 @@ def console(*, stderr: bool = False, **kwargs: Any) -> Console:
     kwargs.setdefault("highlight", False)
     return Console(stderr=stderr, width=terminal_width(), **kwargs)
 
-
-def to_json(data: Any, **kwargs: Any) -> str:
-    """The JSON text the commands print: always valid JSON.
-
-    The data goes through `planexec.results.jsonable` first (NaN and infinities become
-    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; objects that are not JSON
-    data their encodings), and ``allow_nan=False`` guarantees no bare ``NaN`` is ever
-    written. ``kwargs`` go to `json.dumps` (``indent``, ``ensure_ascii``...).
-    """
-    return json.dumps(jsonable(data), allow_nan=False, **kwargs)
 
 STEP_STYLES: dict[StepStatus, str] = {
     StepStatus.SUCCEEDED: "green",

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from planexec.commands._args import read_input
-from planexec.commands._display import to_json
+from planexec.commands._json import to_json
 from planexec.errors import ConfigError, PlanexecError, PlanParseError
 from planexec.parsing import DIALECTS, DRAFT_POLICIES, check_plan, parse_plan
 from planexec.plan import Plan, Severity, Step, to_jsonable
