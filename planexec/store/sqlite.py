@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -32,6 +33,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +42,6 @@ from planexec.errors import RunNotFoundError, StoreError
 from planexec.events import Event, EventBus
 from planexec.results import RunStatus
 from planexec.store.base import (
-    CHECKPOINT_EVENTS,
     HOST,
     MY_START,
     RUN_FIELDS,
@@ -49,6 +50,7 @@ from planexec.store.base import (
     RunRecord,
     StartedCall,
     export_document,
+    is_checkpoint,
     run_record,
     unmatched_calls,
 )
@@ -222,6 +224,41 @@ def _open_error(path: Path, exc: BaseException) -> StoreError:
     return StoreError(f"cannot open the run store {path}: {detail}")
 
 
+@dataclass(frozen=True)
+class _Waiter:
+    """Someone waiting for a queued event's commit (``future`` None: a synchronous caller)."""
+
+    future: asyncio.Future[None] | None
+    flush: bool
+    """Whether that commit must also be flushed to disk."""
+    loop: asyncio.AbstractEventLoop | None
+
+
+def _resolve(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)
+
+
+def _settle(waiters: list[_Waiter], exc: BaseException | None) -> None:
+    """Tell each waiter its commit is done (or failed with ``exc``), on its own loop."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for w in waiters:
+        if w.future is None or w.loop is None:
+            continue
+        if w.loop is running:
+            _resolve(w.future, exc)
+        else:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                w.loop.call_soon_threadsafe(_resolve, w.future, exc)
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
@@ -264,8 +301,14 @@ class SQLiteRunStore:
         self.retries = retries
         self.buffer_events = buffer_events
         self._lock = threading.RLock()
-        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._waiters: list[_Waiter] = []
         self._pending_lock = threading.Lock()
+        self._wake = threading.Condition()
+        self._writer: threading.Thread | None = None
+        self._writer_pid: int | None = None
+        self._work = False
+        self._stopping = False
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
@@ -417,13 +460,6 @@ class SQLiteRunStore:
             conn.execute(f"PRAGMA synchronous = {mode}")
             self._sync = mode
 
-    def _flushes(self, batch: list[dict[str, Any]]) -> bool:
-        if self.durability == "full":
-            return True
-        if self.durability == "process":
-            return False
-        return any(d["type"] in FLUSHED_EVENTS for d in batch)
-
     def _write(self, fn: Callable[[sqlite3.Connection], None], flush: bool = True) -> None:
         """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, with retries."""
 
@@ -461,34 +497,175 @@ class SQLiteRunStore:
         bus.subscribe(self.handle)
 
     async def handle(self, event: Event) -> None:
-        """Record one event; a checkpoint event is committed before this returns."""
-        data = event_to_json(event)
-        batch = self._enqueue(data)
-        if not batch:
+        """Record one event; a checkpoint is committed (and flushed, per mode) on return.
+
+        Which events are checkpoints: `planexec.store.base.is_checkpoint`. Others are held
+        in memory and committed in the same transaction as the next commit of any run.
+        A commit that is not flushed to disk runs on the calling thread when no other
+        commit is in flight (a short transaction that never waits); a flushed commit, or
+        one that finds a commit in flight or the file locked, is left to the store's
+        writer thread, which commits everything queued meanwhile in one transaction with
+        one flush (group commit).
+        """
+        waiter = self._enqueue(event_to_json(event), asyncio.get_running_loop())
+        if waiter is None:
             return
-        if self._flushes(batch) or not self._write_now(batch):
-            # a flush to disk (fsync) or a wait for a lock happens off the event loop
-            await asyncio.to_thread(self.write_events, batch)
+        if not waiter.flush and self._commit_inline():
+            return
+        self._wake_writer()
+        assert waiter.future is not None
+        await waiter.future
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
-        batch = self._enqueue(event_to_json(event))
-        if batch:
-            self.write_events(batch)
+        if self._enqueue(event_to_json(event), None) is not None:
+            self.flush_sync()
 
-    def _enqueue(self, data: dict[str, Any]) -> list[dict[str, Any]]:
-        """Buffer ``data`` or return the batch that must be committed now."""
-        run_id = data["run_id"]
+    def _flush_wanted(self, data: dict[str, Any]) -> bool:
+        """Whether the commit of an event is flushed to disk (fsync) in this mode."""
+        if self.durability == "full":
+            return True
+        if self.durability == "process":
+            return False
+        return data["type"] in FLUSHED_EVENTS and is_checkpoint(data)
+
+    def _enqueue(
+        self, data: dict[str, Any], loop: asyncio.AbstractEventLoop | None
+    ) -> _Waiter | None:
+        """Queue ``data``; return what to wait for when it must be committed now."""
+        due = not self.buffer_events or is_checkpoint(data)
         with self._pending_lock:
-            pending = self._pending.setdefault(run_id, [])
-            pending.append(data)
-            if (
-                not self.buffer_events
-                or data["type"] in CHECKPOINT_EVENTS
-                or len(pending) >= _MAX_BUFFERED
-            ):
-                return self._pending.pop(run_id)
-        return []
+            self._pending.append(data)
+            if not due and len(self._pending) < _MAX_BUFFERED:
+                return None
+            waiter = _Waiter(
+                loop.create_future() if loop is not None else None, self._flush_wanted(data),
+                loop,
+            )
+            self._waiters.append(waiter)
+        return waiter
+
+    def _take(self, may_flush: bool) -> tuple[list[dict[str, Any]], list[_Waiter], bool] | None:
+        """Take every queued event and waiter (None: a flush is wanted and not allowed).
+
+        Called with ``_lock`` held: no other commit is in flight, so whatever was taken
+        before is committed.
+        """
+        with self._pending_lock:
+            flush = self.durability == "full" or any(w.flush for w in self._waiters)
+            if flush and not may_flush:
+                return None
+            batch, waiters = self._pending, self._waiters
+            self._pending, self._waiters = [], []
+        return batch, waiters, flush and self.durability != "process"
+
+    def _commit_inline(self) -> bool:
+        """Commit the queue on the calling thread if that needs no wait and no flush.
+
+        Returns False, leaving the queue to the writer thread, when another commit is in
+        flight (in this process: ``_lock``; in another: the file's write lock) or the
+        queue holds an event whose commit is flushed.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            taken = self._take(may_flush=False)
+            if taken is None:
+                return False
+            batch, waiters, _ = taken
+            if not batch:
+                _settle(waiters, None)
+                return True
+            try:
+                conn = self._fast_connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply_batch(conn, batch)
+                    self._before_commit(batch)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except (sqlite3.Error, StoreError):
+                # locked by another process, or any trouble: the writer waits and retries
+                self._requeue(batch, waiters)
+                return False
+            _settle(waiters, None)
+            return True
+        finally:
+            self._lock.release()
+
+    def _requeue(self, batch: list[dict[str, Any]], waiters: list[_Waiter]) -> None:
+        """Put a batch that was not committed back at the head of the queue."""
+        with self._pending_lock:
+            self._pending[:0] = batch
+            self._waiters[:0] = waiters
+
+    def _commit_queue(self) -> None:
+        """Commit (and flush, if any queued event wants it) the whole queue; waits for locks.
+
+        The writer thread's work, and `flush_sync`'s. The waiters of the batch get the
+        outcome: done, or the `StoreError` that stopped the commit.
+        """
+        with self._lock:
+            taken = self._take(may_flush=True)
+            assert taken is not None
+            batch, waiters, flush = taken
+            if not batch:
+                _settle(waiters, None)
+                return
+
+            def tx() -> None:
+                conn = self._connection()
+                self._set_sync(conn, flush)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply_batch(conn, batch)
+                    self._before_commit(batch)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+
+            try:
+                self._retry(tx)
+            except BaseException as exc:
+                _settle(waiters, exc if isinstance(exc, Exception) else StoreError(
+                    f"run store {self.path}: the commit was interrupted ({exc!r})"))
+                raise
+        _settle(waiters, None)
+
+    def _wake_writer(self) -> None:
+        """Start the writer thread if needed (one per process) and tell it there is work."""
+        with self._wake:
+            if self._writer is None or self._writer_pid != os.getpid():
+                self._writer = threading.Thread(
+                    target=self._writer_loop, name=f"planexec-store-{self.path.name}",
+                    daemon=True,
+                )
+                self._writer_pid = os.getpid()
+                self._stopping = False
+                self._writer.start()
+            self._work = True
+            self._wake.notify()
+
+    def _writer_loop(self) -> None:
+        """Commit whatever is queued, batch after batch, until `close`."""
+        while True:
+            with self._wake:
+                while not self._work and not self._stopping:
+                    self._wake.wait()
+                if self._stopping and not self._work:
+                    return
+                self._work = False
+            try:
+                self._commit_queue()
+            except StoreError as exc:  # the waiters got it; the writer carries on
+                logger.bind(run_id="-", step_id="-").warning(
+                    "run store {}: a commit failed: {}", self.path, exc
+                )
 
     async def flush(self) -> None:
         """Commit every buffered event."""
@@ -496,55 +673,16 @@ class SQLiteRunStore:
 
     def flush_sync(self) -> None:
         """Commit every buffered event, synchronously."""
-        with self._pending_lock:
-            batches = list(self._pending.values())
-            self._pending.clear()
-        for batch in batches:
-            if batch:
-                self.write_events(batch)
+        self._commit_queue()
 
     def write_events(self, batch: list[dict[str, Any]]) -> None:
-        """Commit encoded events (`planexec.store.codec.event_to_json`) in one transaction."""
+        """Commit encoded events (`planexec.store.codec.event_to_json`) in one transaction.
 
-        def apply(conn: sqlite3.Connection) -> None:
-            self._apply_batch(conn, batch)
-            self._before_commit(batch)
-
-        self._write(apply, self._flushes(batch))
-
-    def _write_now(self, batch: list[dict[str, Any]]) -> bool:
-        """Commit ``batch`` on the calling thread if no one holds a lock; else return False.
-
-        The fast path for commits that are not flushed to disk: a short transaction
-        that never waits. When the connection is in use in this process, or another
-        process holds the write lock, the caller falls back to `write_events` in a
-        worker thread, which waits and retries.
+        They are committed after (and with) every event already queued.
         """
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            conn = self._fast_connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc):
-                    return False
-                raise StoreError(f"run store {self.path}: {exc}") from exc
-            try:
-                self._apply_batch(conn, batch)
-                self._before_commit(batch)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-                    return False
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"run store {self.path}: {exc}") from exc
-                raise
-            return True
-        finally:
-            self._lock.release()
+        with self._pending_lock:
+            self._pending.extend(batch)
+        self._commit_queue()
 
     def _before_commit(self, batch: list[dict[str, Any]]) -> None:
         """Called inside the write transaction, just before ``COMMIT``.
@@ -554,15 +692,19 @@ class SQLiteRunStore:
         """
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[dict[str, Any]]) -> None:
-        """Write a batch of one run's events (inside a transaction)."""
-        first, last = batch[0], batch[-1]
-        conn.execute(
-            "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, pid_start) "
-            "VALUES (?, 'RUNNING', ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
-            (first["run_id"], float(first["ts"]), float(last["ts"]), os.getpid(), HOST,
-             MY_START),
-        )
+        """Write a batch of events, of one run or several, in order (inside a transaction)."""
+        spans: dict[str, tuple[float, float]] = {}
+        for data in batch:
+            ts = float(data["ts"])
+            first = spans.get(data["run_id"])
+            spans[data["run_id"]] = (first[0] if first else ts, ts)
+        for run_id, (first_ts, last_ts) in spans.items():
+            conn.execute(
+                "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, "
+                "pid_start) VALUES (?, 'RUNNING', ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
+                (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
+            )
         for data in batch:
             self._apply(conn, data)
 
@@ -805,8 +947,18 @@ class SQLiteRunStore:
         return export_document(self, run_id)
 
     def close(self) -> None:
-        """Commit buffered events and close the connection."""
+        """Commit buffered events, stop the writer thread and close the connections."""
         self.flush_sync()
+        with self._wake:
+            writer, self._writer = self._writer, None
+            self._stopping = True
+            self._wake.notify()
+        if (
+            writer is not None
+            and self._writer_pid == os.getpid()
+            and writer is not threading.current_thread()
+        ):
+            writer.join()
         with self._lock:
             if self._conn is not None and self._conn_pid == os.getpid():
                 self._conn.close()
