@@ -142,6 +142,9 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _MAX_BUFFERED = 256
 
+_CHECKPOINT_EVERY = 200
+"""Commits on the event loop's side between two checkpoints by the writer thread."""
+
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
 
@@ -309,6 +312,9 @@ class SQLiteRunStore:
         self._writer_pid: int | None = None
         self._work = False
         self._stopping = False
+        self._inline_commits = 0
+        self._checkpoint_due = False
+        self._ckpt: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
@@ -402,6 +408,9 @@ class SQLiteRunStore:
                 )
                 fast.execute("PRAGMA busy_timeout = 0")
                 fast.execute("PRAGMA synchronous = NORMAL")
+                # its commits never copy the WAL into the file (a checkpoint, which
+                # flushes to disk): the writer thread does, off the event loop
+                fast.execute("PRAGMA wal_autocheckpoint = 0")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
             self._fast = fast
@@ -592,6 +601,11 @@ class SQLiteRunStore:
                 self._requeue(batch, waiters)
                 return False
             _settle(waiters, None)
+            self._inline_commits += 1
+            if self._inline_commits >= _CHECKPOINT_EVERY:
+                self._inline_commits = 0
+                self._checkpoint_due = True
+                self._wake_writer()
             return True
         finally:
             self._lock.release()
@@ -666,6 +680,26 @@ class SQLiteRunStore:
                 logger.bind(run_id="-", step_id="-").warning(
                     "run store {}: a commit failed: {}", self.path, exc
                 )
+            if self._checkpoint_due:
+                self._checkpoint_due = False
+                self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database file (``PASSIVE``: never waits for anyone).
+
+        On the writer thread's own connection, without ``_lock``: commits go on meanwhile.
+        A busy file is no error: the next checkpoint (or SQLite's own) catches up.
+        """
+        try:
+            if self._ckpt is None:
+                self._ckpt = sqlite3.connect(
+                    self.path, timeout=0.0, isolation_level=None, check_same_thread=False
+                )
+            self._ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            logger.bind(run_id="-", step_id="-").debug(
+                "run store {}: checkpoint skipped: {}", self.path, exc
+            )
 
     async def flush(self) -> None:
         """Commit every buffered event."""
@@ -712,11 +746,16 @@ class SQLiteRunStore:
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
         result = data.get("result") if kind == "StepFinished" else None
         step_id = data.get("step_id", result.get("step_id") if result else None)
+        if result is not None:  # the result's text once, for the event and its row
+            result_text = _dumps(result)
+            rest = _dumps({k: v for k, v in data.items() if k != "result"})
+            text = f'{rest[:-1]},"result":{result_text}}}'
+        else:
+            text = _dumps(data)
         cur = conn.execute(
             "INSERT INTO events (run_id, ts, type, step_id, plan_version, data) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")),
-             _dumps(data)),
+            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")), text),
         )
         seq = cur.lastrowid
         if kind == "RunStarted":
@@ -748,7 +787,7 @@ class SQLiteRunStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, int(data.get("plan_version", 1)), int(result["step_id"]), seq,
                  result["status"], result.get("tool"), result.get("error_kind"),
-                 result.get("started_at"), result.get("duration"), ts, _dumps(result)),
+                 result.get("started_at"), result.get("duration"), ts, result_text),
             )
             if result["status"] == "FAILED" and result.get("error_kind"):
                 conn.execute(
@@ -959,6 +998,9 @@ class SQLiteRunStore:
             and writer is not threading.current_thread()
         ):
             writer.join()
+        if self._ckpt is not None:
+            self._ckpt.close()
+            self._ckpt = None
         with self._lock:
             if self._conn is not None and self._conn_pid == os.getpid():
                 self._conn.close()
