@@ -314,6 +314,8 @@ class SQLiteRunStore:
         self._stopping = False
         self._inline_commits = 0
         self._checkpoint_due = False
+        self._in_flight = 0
+        self._soon: set[asyncio.AbstractEventLoop] = set()
         self._ckpt: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
@@ -516,14 +518,36 @@ class SQLiteRunStore:
         writer thread, which commits everything queued meanwhile in one transaction with
         one flush (group commit).
         """
-        waiter = self._enqueue(event_to_json(event), asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        data = event_to_json(event)
+        kind = data["type"]
+        if kind == "StepStarted":
+            self._in_flight += 1
+        elif kind == "StepFinished":
+            self._in_flight = max(0, self._in_flight - 1)
+        waiter = self._enqueue(data, loop)
         if waiter is None:
             return
-        if not waiter.flush and self._commit_inline():
+        if waiter.flush:
+            self._wake_writer()
+        elif self._in_flight > 0:
+            # other steps are running: the results they record in this turn of the loop
+            # share one commit, made at its end
+            if loop not in self._soon:
+                self._soon.add(loop)
+                loop.call_soon(self._commit_soon, loop)
+        elif self._commit_inline():
             return
-        self._wake_writer()
+        else:
+            self._wake_writer()
         assert waiter.future is not None
         await waiter.future
+
+    def _commit_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit what this turn of ``loop`` queued (inline, or through the writer)."""
+        self._soon.discard(loop)
+        if not self._commit_inline():
+            self._wake_writer()
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
