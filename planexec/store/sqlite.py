@@ -9,16 +9,21 @@
   transaction holding a few rows. Inside a process a lock serializes use of the
   connection; between processes SQLite's file lock does, with ``busy_timeout`` and then
   retries with exponential backoff and jitter on ``database is locked``.
-- **Durability**: `handle` commits checkpoint events (`CHECKPOINT_EVENTS`, which
-  include ``ToolCallStarted`` and ``StepFinished``) before it returns; the executor
-  awaits the bus before starting dependent steps, so a step's result is committed
-  before any step that depends on it starts. Other events ride along with the next
-  checkpoint. Every commit survives the process being killed; which commits are also
-  flushed to disk against an OS crash is the ``durability`` mode (`FLUSHED_EVENTS`).
-- A commit that is not flushed to disk is first tried on the calling thread without
-  waiting (a short transaction). A commit that is flushed (fsync), or that finds the
-  connection or the file locked, runs in a worker thread (`asyncio.to_thread`) that
-  waits and retries: neither a disk flush nor a lock wait blocks the event loop.
+- **Durability**: `handle` commits checkpoint events (`planexec.store.base.is_checkpoint`:
+  ``StepFinished``, the ``ToolCallStarted`` of an unsafe tool, ...) before it returns;
+  the executor awaits the bus before starting dependent steps, so a step's result is
+  committed before any step that depends on it starts. Other events (a safe tool's call
+  start among them) ride along with the next commit. Every commit survives the process
+  being killed; which commits are also flushed to disk against an OS crash is the
+  ``durability`` mode (`FLUSHED_EVENTS`).
+- **Group commit**: one queue of events for every run; a commit takes the whole queue,
+  in one transaction. A commit that is not flushed runs on the calling thread when no
+  other commit is in flight (a short transaction that never waits); when other steps
+  are running, it waits for the end of the event loop's turn, so the results recorded
+  in that turn share it. A flushed commit, or one that finds a commit in flight or the
+  file locked, is left to the store's writer thread, which commits everything queued
+  meanwhile with one flush, waiting and retrying on locks: neither a disk flush nor a
+  lock wait blocks the event loop. The writer thread also runs the WAL checkpoints.
   Reads are short and synchronous.
 """
 
@@ -151,11 +156,13 @@ DURABILITY = ("calls", "full", "process")
 FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished"})
 """Events whose commit is flushed to disk in the ``"calls"`` durability mode.
 
-Losing a ``ToolCallStarted`` to an OS crash would let resume call an unsafe tool again
-as if it had never been called; losing a later ``StepFinished`` only makes resume see
-an interrupted call (re-run if safe, ``UNKNOWN_OUTCOME`` if not). The flush of a
+Losing the ``ToolCallStarted`` of an unsafe tool to an OS crash would let resume call it
+again as if it had never been called; losing a later ``StepFinished`` only makes resume
+see an interrupted call (re-run if safe, ``UNKNOWN_OUTCOME`` if not). The flush of a
 ``ToolCallStarted`` also makes every earlier commit durable (the WAL is one file,
-written in order), so a step's result is on disk before any later tool call starts.
+written in order), so a step's result is on disk before any later unsafe call starts.
+The call start of a safe tool is not a checkpoint (`planexec.store.base.is_checkpoint`)
+and is not flushed: resume runs such a step again either way.
 """
 
 
@@ -273,16 +280,16 @@ class SQLiteRunStore:
     Args:
         path: the database file (created with its parent directories if absent).
         durability: what a commit survives. ``"calls"`` (the default): every commit
-            survives the process being killed, and the commit of a ``ToolCallStarted``
-            or ``RunFinished`` is also flushed to disk (fsync), which makes it — and
-            every earlier commit — survive an OS crash or power loss. ``"full"``:
-            every commit is flushed. ``"process"``: none is (fastest; survives the
-            process being killed, not an OS crash).
+            survives the process being killed, and the commit of an unsafe tool's
+            ``ToolCallStarted`` or of a ``RunFinished`` is also flushed to disk (fsync),
+            which makes it — and every earlier commit — survive an OS crash or power
+            loss. ``"full"``: every commit is flushed. ``"process"``: none is
+            (fastest; survives the process being killed, not an OS crash).
         busy_timeout: seconds SQLite waits for another writer's lock.
         retries: further attempts, with exponential backoff and jitter, when the lock
             is still held after ``busy_timeout``.
-        buffer_events: hold non-checkpoint events in memory until the run's next
-            checkpoint event (fewer transactions); False commits every event at once.
+        buffer_events: hold non-checkpoint events in memory until the next commit
+            (fewer transactions); False commits every event at once.
     """
 
     def __init__(
