@@ -168,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.repeat = 200, 2
-    logger.remove()
     catalog = ToolCatalog([
         fake_tool("noop", {"ok": True}, hints={"read_only": True}),
         fake_tool("write", {"ok": True}),  # no hints: not safe to call again
@@ -222,4 +221,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    logger.remove()  # planexec's warnings are not part of the figures
     sys.exit(main())
