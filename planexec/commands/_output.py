@@ -9,7 +9,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from planexec.results import jsonable
+from planexec._json import json_data
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,12 +20,13 @@ __all__ = ["DEFAULT_WIDTH", "console", "terminal_width", "to_json"]
 def to_json(data: Any, **kwargs: Any) -> str:
     """The JSON text the commands print: always valid JSON.
 
-    The data goes through `planexec.results.jsonable` first (NaN and infinities become
-    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; objects that are not JSON
-    data their encodings), and ``allow_nan=False`` guarantees no bare ``NaN`` is ever
-    written. ``kwargs`` go to `json.dumps` (``indent``, ``ensure_ascii``...).
+    The data goes through `planexec.results.jsonable` first (by way of its fast path,
+    `planexec._json.json_data`): NaN and infinities become the strings ``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"``; objects that are not JSON data their encodings;
+    and ``allow_nan=False`` guarantees no bare ``NaN`` is ever written. ``kwargs`` go
+    to `json.dumps` (``indent``, ``ensure_ascii``...).
     """
-    return json.dumps(jsonable(data), allow_nan=False, **kwargs)
+    return json.dumps(json_data(data), allow_nan=False, **kwargs)
 
 
 DEFAULT_WIDTH = 160

@@ -10,21 +10,14 @@ comes back as a dict, which is what references resolve against anyway.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
+from planexec._json import json_data
 from planexec.errors import ErrorKind
 from planexec.events import Event
 from planexec.grounding import Grounding
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
-from planexec.results import (
-    MAX_JSON_DEPTH,
-    ResolutionMethod,
-    StepError,
-    StepResult,
-    StepStatus,
-    jsonable,
-)
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 
 __all__ = [
     "decode_value",
@@ -169,50 +162,6 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
         dialect=data.get("dialect", "hashstep"),
         source=data.get("source", ""),
     )
-
-
-class _NotPlain(Exception):
-    """A value that is not plain JSON data (`_plain` gives up; `jsonable` encodes it)."""
-
-
-_SCALARS = (str, int, bool, type(None))
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    """A copy of plain JSON data (str-keyed dicts, lists, str, int, bool, None, finite floats).
-
-    The fast path of `jsonable` for what events mostly hold; anything else (a tuple, a
-    model, NaN, a non-string key, an enum, nesting deeper than `MAX_JSON_DEPTH`) raises
-    `_NotPlain`, and the caller encodes the value with `jsonable`, which gives the same
-    data for plain values.
-    """
-    t = type(value)
-    if t in _SCALARS:
-        return value
-    if t is float:
-        if math.isfinite(value):
-            return value
-        raise _NotPlain
-    if depth >= MAX_JSON_DEPTH:
-        raise _NotPlain
-    if t is dict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                raise _NotPlain
-            out[k] = _plain(v, depth + 1)
-        return out
-    if t is list:
-        return [_plain(v, depth + 1) for v in value]
-    raise _NotPlain
-
-
-def json_data(value: Any) -> Any:
-    """``jsonable(value)``, faster for plain JSON data (a copy either way)."""
-    try:
-        return _plain(value)
-    except _NotPlain:
-        return jsonable(value)
 
 
 def result_to_json(result: StepResult) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The store's fast encodings give exactly what the reference encodings give.
 
-`json_data` is a fast path of `planexec.results.jsonable` for plain JSON data, and
-`result_to_json` builds `StepResult.to_dict`'s data itself; the oracles are those two
+`json_data` (`planexec._json`) is a fast path of `planexec.results.jsonable` for plain JSON
+data, and `result_to_json` builds `StepResult.to_dict`'s data itself; the oracles are those two
 reference implementations, on generated values (hypothesis) and on results of every
 shape (failures, grounding, models, values JSON cannot hold).
 """
@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from planexec._json import json_data
 from planexec.errors import ErrorKind
 from planexec.grounding import Grounding
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
-from planexec.store.codec import json_data, result_to_json
+from planexec.store.codec import result_to_json
 
 
 class Color(Enum):
@@ -61,6 +62,13 @@ def test_json_data_copies_plain_data() -> None:
     args["ids"].append(3)
     args["where"]["site"] = "EAST"
     assert data == {"ids": [1, 2], "where": {"site": "MAIN"}}
+
+
+def test_the_fast_path_gives_up_before_jsonable_does() -> None:
+    from planexec._json import PLAIN_DEPTH
+    from planexec.results import MAX_JSON_DEPTH
+
+    assert PLAIN_DEPTH <= MAX_JSON_DEPTH
 
 
 def test_json_data_of_deep_nesting_is_jsonable() -> None:
