@@ -321,7 +321,8 @@ class SQLiteRunStore:
         self._stopping = False
         self._inline_commits = 0
         self._checkpoint_due = False
-        self._in_flight = 0
+        self._running: dict[str, int] = {}
+        self._running_total = 0
         self._soon: set[asyncio.AbstractEventLoop] = set()
         self._ckpt: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None
@@ -526,18 +527,12 @@ class SQLiteRunStore:
         one flush (group commit).
         """
         loop = asyncio.get_running_loop()
-        data = event_to_json(event)
-        kind = data["type"]
-        if kind == "StepStarted":
-            self._in_flight += 1
-        elif kind == "StepFinished":
-            self._in_flight = max(0, self._in_flight - 1)
-        waiter = self._enqueue(data, loop)
+        waiter = self._enqueue(event_to_json(event), loop)
         if waiter is None:
             return
         if waiter.flush:
             self._wake_writer()
-        elif self._in_flight > 0:
+        elif self._running_total > 0:
             # other steps are running: the results they record in this turn of the loop
             # share one commit, made at its end
             if loop not in self._soon:
@@ -575,6 +570,7 @@ class SQLiteRunStore:
         """Queue ``data``; return what to wait for when it must be committed now."""
         due = not self.buffer_events or is_checkpoint(data)
         with self._pending_lock:
+            self._count_running(data)
             self._pending.append(data)
             if not due and len(self._pending) < _MAX_BUFFERED:
                 return None
@@ -584,6 +580,23 @@ class SQLiteRunStore:
             )
             self._waiters.append(waiter)
         return waiter
+
+    def _count_running(self, data: dict[str, Any]) -> None:
+        """Keep count of the steps started and not finished, per run (``_pending_lock``).
+
+        Only decides whether a result waits for the end of the loop's turn to share a
+        commit (`handle`); a count that drifts (a step cancelled without a result) costs
+        that wait, never a commit, and ends with its run.
+        """
+        kind, run_id = data["type"], data["run_id"]
+        if kind == "StepStarted":
+            self._running[run_id] = self._running.get(run_id, 0) + 1
+            self._running_total += 1
+        elif kind == "StepFinished" and self._running.get(run_id, 0) > 0:
+            self._running[run_id] -= 1
+            self._running_total -= 1
+        elif kind == "RunFinished":
+            self._running_total -= self._running.pop(run_id, 0)
 
     def _take(self, may_flush: bool) -> tuple[list[dict[str, Any]], list[_Waiter], bool] | None:
         """Take every queued event and waiter (None: a flush is wanted and not allowed).

@@ -192,3 +192,24 @@ async def test_a_failed_commit_reaches_the_waiting_handler(tmp_path: Path) -> No
     await bus.emit(RunFinished(run_id="r", status="FAILED"))  # the store carries on
     assert committed(path, "r") == ["RunFinished"]  # the failed batch was reported, not kept
     store.close()
+
+
+async def test_a_step_that_never_finished_stops_counting_with_its_run(tmp_path: Path) -> None:
+    """A step cut short without a result makes later results wait for the loop's turn to
+    end (to share a commit) only until its run finishes; then a lone result commits at
+    once, in its own transaction."""
+    store = Spy(tmp_path / "runs.sqlite3")
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(RunStarted(run_id="cut", question="q"))
+    await bus.emit(StepStarted(run_id="cut", step_id=1, tool="t"))  # never finishes
+    assert store._running_total == 1
+    await bus.emit(RunFinished(run_id="cut", status="CANCELLED"))
+    assert store._running_total == 0
+    await bus.emit(RunStarted(run_id="next", question="q"))
+    await bus.emit(StepStarted(run_id="next", step_id=1, tool="t"))
+    assert store._running_total == 1
+    await bus.emit(StepFinished(run_id="next", result=ok(1, "t", 1)))
+    assert store._running_total == 0 and not store._soon
+    assert store.batches[-1] == (["StepStarted", "StepFinished"], False)
+    store.close()
