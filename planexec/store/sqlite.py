@@ -698,7 +698,11 @@ class SQLiteRunStore:
     def _wake_writer(self) -> None:
         """Start the writer thread if needed (one per process) and tell it there is work."""
         with self._wake:
-            if self._writer is None or self._writer_pid != os.getpid():
+            if (
+                self._writer is None
+                or self._writer_pid != os.getpid()  # forked: threads do not follow
+                or not self._writer.is_alive()  # ended by a bug (it raised)
+            ):
                 self._writer = threading.Thread(
                     target=self._writer_loop, name=f"planexec-store-{self.path.name}",
                     daemon=True,
