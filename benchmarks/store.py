@@ -1,29 +1,35 @@
 """Cost of recording a run, per step: no store vs MemoryRunStore vs SQLiteRunStore.
 
-Runs 1,000-step plans of a no-op (read-only) tool with the `Executor`, with the store
-attached to the event bus, and compares wall times measured in this one run:
+Runs 1,000-step plans of a no-op tool with the `Executor`, with the store attached to
+the event bus, and compares wall times measured in this one run:
 
-- ``chain``: step i depends on step i-1, so every ``StepFinished`` commit is on the
-  critical path (the worst case for a durable store);
-- ``fan``: independent steps, run 8 at a time.
+- ``chain``: step i depends on step i-1, so every commit is on the critical path (the
+  worst case for a durable store); the tool is read-only (safe to call again);
+- ``fan``: independent steps of that tool, run 8 at a time;
+- ``chain_unsafe``: the chain with a tool that has no safety hints (so not safe to call
+  again): its call start is committed, and in the default durability flushed to disk,
+  before each call — one disk flush per step on the critical path.
 
 Stores: ``none``, ``memory``, and `SQLiteRunStore` in each durability mode:
-``sqlite_calls`` (the default: every commit survives a killed process; call starts and
-run ends are flushed to disk), ``sqlite_full`` (every commit flushed) and
-``sqlite_process`` (none flushed). Each configuration runs ``--repeat`` times,
-interleaved; the median is kept. A flush (fsync) costs what the disk makes it cost:
-``fsync_ms`` records one measured in the same run.
-Writes ``benchmarks/results/store.json``; figures of merit are the ratios to ``none``
-and the added milliseconds per step.
+``sqlite_calls`` (the default: every commit survives a killed process; the call starts
+of unsafe tools and the run's end are flushed to disk), ``sqlite_full`` (every commit
+flushed) and ``sqlite_process`` (none flushed). Rounds are interleaved (one run of each
+store per round, so drift hits every store alike); each store's median wall time, with
+its min and max, is divided by the median of ``none`` measured in the same run. A
+flush (fsync) costs what the disk makes it cost: ``fsync_ms`` records one measured in
+the same run. Writes ``benchmarks/results/store.json`` and prints the table that
+``docs/durability.md`` quotes.
 
-    python benchmarks/store.py [--steps 1000] [--repeat 3]
+    python benchmarks/store.py [--steps 1000] [--repeat 7] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -43,13 +49,22 @@ from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STORES = ("none", "memory", "sqlite_calls", "sqlite_full", "sqlite_process")
+STORES = ("none", "memory", "sqlite_process", "sqlite_calls", "sqlite_full")
+SHAPES = ("chain", "fan", "chain_unsafe")
+LABELS = {
+    "memory": "`MemoryRunStore`",
+    "sqlite_process": '`SQLiteRunStore`, `durability="process"`',
+    "sqlite_calls": '`SQLiteRunStore`, `durability="calls"` (default)',
+    "sqlite_full": '`SQLiteRunStore`, `durability="full"`',
+}
 
 
 def make_plan(steps: int, shape: str) -> Plan:
+    chain = shape.startswith("chain")
+    tool = "write" if shape == "chain_unsafe" else "noop"
     return Plan(
         steps=tuple(
-            Step(id=i, tool="noop", depends_on=(i - 1,) if shape == "chain" and i > 1 else ())
+            Step(id=i, tool=tool, depends_on=(i - 1,) if chain and i > 1 else ())
             for i in range(1, steps + 1)
         )
     )
@@ -64,22 +79,26 @@ def make_store(kind: str, directory: Path, n: int) -> RunStore | None:
     return SQLiteRunStore(directory / f"{kind}-{n}.sqlite3", durability=durability)
 
 
-async def one_run(catalog: ToolCatalog, plan: Plan, store: RunStore | None, run_id: str) -> float:
+async def one_run(
+    catalog: ToolCatalog, plan: Plan, store: RunStore | None, run_id: str
+) -> tuple[float, float]:
+    """Wall and CPU seconds (all threads of the process) of one recorded run."""
     bus = EventBus()
     if store is not None:
         store.attach(bus)
     executor = Executor(catalog, config=ExecutorSettings(max_concurrency=8), bus=bus,
                         run_id=run_id)
-    t0 = time.perf_counter()
+    gc.collect()  # the garbage of the previous run is not this one's cost
+    t0, c0 = time.perf_counter(), time.process_time()
     await bus.emit(RunStarted(run_id=run_id, question="benchmark"))
     await bus.emit(PlanCreated(run_id=run_id, version=1, plan=plan))
     results = await executor.run(plan)
     await bus.emit(RunFinished(run_id=run_id, status="SUCCEEDED"))
     if store is not None:
         await store.flush()
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert len(results) == len(plan.steps) and all(r.ok for r in results)
-    return elapsed
+    return elapsed, cpu
 
 
 def fsync_ms(directory: Path, n: int = 100) -> float:
@@ -101,58 +120,106 @@ def fsync_ms(directory: Path, n: int = 100) -> float:
     return statistics.median(times) * 1000
 
 
+def summary(times: list[float], base: float, steps: int) -> dict[str, Any]:
+    med = statistics.median(times)
+    return {
+        "median_s": round(med, 4),
+        "min_s": round(min(times), 4),
+        "max_s": round(max(times), 4),
+        "runs_s": [round(t, 4) for t in times],
+        "ratio_to_none": round(med / base, 3),
+        "added_ms_per_step": round((med - base) * 1000 / steps, 4),
+    }
+
+
+def table(out: dict[str, Any]) -> str:
+    """The markdown table of ``docs/durability.md``, from a result document."""
+    shapes = out["shapes"]
+    head = ["store"]
+    for shape in SHAPES:
+        head += [f"{shape}: ratio to no store (min–max)", "added per step"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    none = ["no store (median wall)"]
+    for shape in SHAPES:
+        entry = shapes[shape]["none"]
+        per_step = entry["median_s"] * 1000 / out["steps"]
+        none += [f"{entry['median_s']:.3f} s", f"{per_step:.2f} ms"]
+    lines.append("| " + " | ".join(none) + " |")
+    for kind in STORES[1:]:
+        row = [LABELS[kind]]
+        for shape in SHAPES:
+            entry = shapes[shape][kind]
+            base = shapes[shape]["none"]["median_s"]
+            row += [
+                f"{entry['ratio_to_none']:.2f} ({entry['min_s'] / base:.2f}–"
+                f"{entry['max_s'] / base:.2f})",
+                f"{entry['added_ms_per_step']:.3f} ms",
+            ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="200 steps, 2 rounds: a smoke run")
+    parser.add_argument("--out", type=Path, default=RESULTS / "store.json")
     args = parser.parse_args(argv)
-    logger.remove()
-    catalog = ToolCatalog([fake_tool("noop", {"ok": True}, hints={"read_only": True})])
+    if args.quick:
+        args.steps, args.repeat = 200, 2
+    catalog = ToolCatalog([
+        fake_tool("noop", {"ok": True}, hints={"read_only": True}),
+        fake_tool("write", {"ok": True}),  # no hints: not safe to call again
+    ])
     out: dict[str, Any] = {
         "benchmark": "store",
         "steps": args.steps,
         "repeat": args.repeat,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_before": list(os.getloadavg()),
         "shapes": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         out["fsync_ms"] = round(fsync_ms(directory), 3)
         print(f"one WAL commit with fsync: {out['fsync_ms']} ms")
-        for shape in ("chain", "fan"):
+        for shape in SHAPES:
             plan = make_plan(args.steps, shape)
             asyncio.run(one_run(catalog, plan, None, "warmup"))
             times: dict[str, list[float]] = {k: [] for k in STORES}
+            cpus: dict[str, list[float]] = {k: [] for k in STORES}
             for n in range(args.repeat):
-                for kind in STORES:  # interleaved, so drift hits every store alike
+                # interleaved, so drift hits every store alike; each round starts at
+                # another store, so no store always runs first
+                for kind in STORES[n % len(STORES):] + STORES[:n % len(STORES)]:
                     store = make_store(kind, directory, n)
-                    times[kind].append(
-                        asyncio.run(one_run(catalog, plan, store, f"{shape}-{kind}-{n}"))
-                    )
+                    wall, cpu = asyncio.run(one_run(catalog, plan, store, f"{shape}-{kind}-{n}"))
+                    times[kind].append(wall)
+                    cpus[kind].append(cpu)
                     if store is not None:
                         store.close()
             base = statistics.median(times["none"])
-            shape_out: dict[str, Any] = {}
-            for kind in STORES:
-                med = statistics.median(times[kind])
-                shape_out[kind] = {
-                    "median_s": round(med, 4),
-                    "runs_s": [round(t, 4) for t in times[kind]],
-                    "ratio_to_none": round(med / base, 3),
-                    "added_ms_per_step": round((med - base) * 1000 / args.steps, 4),
-                }
+            cpu_base = statistics.median(cpus["none"])
+            shape_out = {kind: summary(times[kind], base, args.steps) for kind in STORES}
+            for kind in STORES:  # CPU time: steadier than wall time on a busy machine
+                shape_out[kind]["cpu"] = summary(cpus[kind], cpu_base, args.steps)
             out["shapes"][shape] = shape_out
-            print(f"{shape:>5}: " + ", ".join(
+            print(f"{shape:>12}: " + ", ".join(
                 f"{k} {v['median_s']:.3f}s (x{v['ratio_to_none']}, "
                 f"+{v['added_ms_per_step']:.3f} ms/step)" for k, v in shape_out.items()
             ))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "store.json"
-    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {path}")
+    out["load_average_after"] = list(os.getloadavg())
+    out["table_md"] = table(out)
+    print(out["table_md"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
+    logger.remove()  # planexec's warnings are not part of the figures
     sys.exit(main())

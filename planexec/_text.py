@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planexec.results import jsonable
-
 __all__ = ["as_text", "cut", "snippet"]
 
 
@@ -21,6 +19,8 @@ def as_text(value: Any) -> str:
     """A value as text for messages and prompts: strings as they are, others as JSON."""
     if isinstance(value, str):
         return value
+    from planexec.results import jsonable  # not at import: reading plans does without
+
     try:
         return json.dumps(jsonable(value), ensure_ascii=False, default=str)
     except (TypeError, ValueError):

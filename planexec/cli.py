@@ -16,21 +16,32 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from planexec.errors import PlanexecError
 
 __all__ = ["main"]
 
-COMMAND_MODULES = (
-    "planexec.commands.plan",
-    "planexec.commands.run",
-    "planexec.commands.demo",
-    "planexec.commands.ask",
-    "planexec.commands.runs",
-    "planexec.commands.serve",
-    "planexec.commands.regress",
-)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "parse": ("planexec.commands.plan", "parse a plan and print its steps and diagnostics"),
+    "validate": ("planexec.commands.plan", "parse a plan and check it against tools"),
+    "show": ("planexec.commands.plan", "draw a plan's step graph"),
+    "run": ("planexec.commands.run", "execute a plan file with tools"),
+    "demo": ("planexec.commands.demo", "run the built-in demo end to end (plan, execute, answer)"),
+    "ask": ("planexec.commands.ask", "answer a question with the whole plan-execute-recover loop"),
+    "runs": ("planexec.commands.runs", "the run history: list, show, resume, export, timeline"),
+    "serve": ("planexec.commands.serve", "run planexec as an MCP server"),
+    "regress": ("planexec.commands.regress", "run regression scenarios (*.scenario.yaml)"),
+}
+"""Every subcommand: the module whose ``register(subparsers)`` adds it, and its one-line help.
+
+The help is what ``planexec --help`` lists without importing the module (a test checks
+that it matches what the module registers). Only the module of the command being run is
+imported, so ``planexec --help`` and ``planexec parse`` load no model or tool library.
+"""
+
+COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
+"""The command modules, in the order their commands are listed."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,8 +73,36 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every subcommand registered."""
+class _VersionAction(argparse.Action):
+    """``--version``: print the installed version and exit (read only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        """Print ``planexec VERSION`` and exit 0."""
+        sys.stdout.write(f"planexec {_version()}\n")
+        parser.exit()
+
+
+def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """Build the argument parser.
+
+    Args:
+        command: with ``lazy``, the subcommand about to run: only its module is imported
+            and registers its parsers.
+        lazy: register the other subcommands from `COMMANDS` (name and help) without
+            importing their modules; without it, every command module registers itself.
+
+    Returns:
+        The parser.
+    """
     parser = _Parser(
         prog="planexec",
         description="Plan-and-execute tool calling that never drops an argument silently.",
@@ -71,9 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)"
     )
-    parser.add_argument("--version", action="version", version=f"planexec {_version()}")
+    parser.add_argument(
+        "--version", action=_VersionAction, help="show program's version number and exit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    wanted = COMMANDS[command][0] if command in COMMANDS else None
+    for cmd, (name, help_text) in COMMANDS.items():
+        if cmd in sub.choices:
+            continue  # registered with its module's other commands
+        if lazy and name != wanted:
+            # listed by name and help only: its module is imported when it runs
+            sub.add_parser(cmd, help=help_text, add_help=False)
+            continue
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -82,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
             continue  # a command group that is not part of this build
         module.register(sub)
     return parser
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not an option), if any."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def _configure_logging(verbosity: int) -> int:
@@ -111,8 +169,9 @@ def _configure_logging(verbosity: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``planexec`` command; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_word(words), lazy=True)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

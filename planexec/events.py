@@ -105,6 +105,13 @@ class ToolCallStarted(Event):
     args: dict[str, Any]
     attempt: int = 1
     plan_version: int = 1
+    safe: bool = False
+    """Whether the tool is safe to call again (read-only or idempotent, not destructive).
+
+    A run store may let the call start of a safe tool ride with the step's next commit
+    (resume runs such a step again either way); an unsafe one is committed, and flushed
+    in the default durability, before the tool is called.
+    """
 
 
 @dataclass(frozen=True, kw_only=True)

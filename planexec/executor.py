@@ -1254,6 +1254,7 @@ class Executor:
                     args=args,
                     attempt=ctx.attempts,
                     plan_version=self._plan_version,
+                    safe=spec.hints.safe,
                 )
             )
             try:

@@ -45,6 +45,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TOP = "planexec"
 
@@ -406,3 +408,26 @@ def test_importing_the_ray_tool_runner_does_not_import_the_run_drivers() -> None
          "planexec.runs"),
     )
     assert loaded == []
+
+
+@pytest.mark.parametrize(
+    "module", ["planexec", "planexec.plan", "planexec.parsing", "planexec.cli"]
+)
+def test_parsing_and_the_cli_do_not_import_langchain(module: str) -> None:
+    """Plans parse without langchain; the CLI imports a command's module when it runs."""
+    assert loaded_after(module, ("langchain_core", "langsmith", "langgraph")) == []
+
+
+def test_reading_a_plan_does_not_import_pydantic() -> None:
+    """docs/api.md: pydantic loads when a schema is asked for (`planexec.parsing.JsonPlan`)."""
+    assert loaded_after("planexec.parsing", ("pydantic",)) == []
+    code = "import sys; from planexec.parsing import JsonPlan; print('pydantic' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "True"  # the probe can fail
+
+
+def test_the_executor_does_import_langchain() -> None:
+    """The probe can fail: the tool catalog is built on langchain-core tools."""
+    assert "langchain_core" in loaded_after("planexec.executor", ("langchain_core",))

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from planexec.commands._args import read_input
-from planexec.commands._display import to_json
+from planexec.commands._output import to_json
 from planexec.errors import ConfigError, PlanexecError, PlanParseError
 from planexec.parsing import DIALECTS, DRAFT_POLICIES, check_plan, parse_plan
 from planexec.plan import Plan, Severity, Step, to_jsonable
@@ -161,7 +161,7 @@ def _print_plan(plan: Plan, *, as_json: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from planexec.commands._display import console as display_console
+    from planexec.commands._output import console as display_console
 
     console = display_console()
     steps = Table(title=f"{len(plan.steps)} step(s), dialect {plan.dialect}", expand=False)

@@ -10,22 +10,45 @@ and propagates unchanged.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from planexec.errors import PlanParseError
 from planexec.parsing.checks import CatalogLike, check_plan
 from planexec.parsing.hashstep import DRAFT_POLICIES, parse_hashstep
 from planexec.parsing.jsonplan import (
-    JsonPlan,
     find_json_plan,
     looks_like_json_plan,
     parse_json_plan,
-    plan_schema,
 )
 from planexec.parsing.jsonrepair import RepairResult, repair_json
 from planexec.parsing.llmcompiler import parse_llmcompiler
 from planexec.parsing.refs import contains_placeholder, find_refs, parse_ref
 from planexec.parsing.rewoo import parse_rewoo
 from planexec.plan import Plan
+
+if TYPE_CHECKING:  # imported on first use (see __getattr__): they need pydantic
+    from planexec.parsing.jsonschema import (
+        JsonPlan,
+        plan_schema,
+    )
+
+_LAZY: dict[str, str] = {
+    "JsonPlan": "planexec.parsing.jsonschema",
+    "plan_schema": "planexec.parsing.jsonschema",
+}
+"""Public names imported on first use, so reading a plan does not import pydantic."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a lazy public name's module on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "DIALECTS",

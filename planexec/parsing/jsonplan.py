@@ -28,9 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
 
 from planexec._text import snippet
 from planexec.errors import PlanParseError
@@ -45,6 +43,9 @@ from planexec.parsing.jsonrepair import closing_bracket, repair_json
 from planexec.parsing.refs import NO_STEP, contains_placeholder, find_refs, free_placeholders
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, iter_refs
 
+if TYPE_CHECKING:
+    from planexec.parsing.jsonschema import JsonPlan, JsonStep, plan_schema
+
 __all__ = [
     "JsonPlan",
     "JsonStep",
@@ -52,50 +53,6 @@ __all__ = [
     "parse_json_plan",
     "plan_schema",
 ]
-
-
-class JsonStep(BaseModel):
-    """One step of a JSON plan: a tool call, or a reasoning step when ``tool`` is null."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: int = Field(ge=1, description="The step's number: 1, 2, 3, ... in plan order.")
-    task: str = Field(description="What this step does, in one sentence.")
-    tool: str | None = Field(
-        default=None,
-        description="The exact name of the tool to call, or null for a step that only "
-        "reasons over earlier results.",
-    )
-    args: dict[str, Any] = Field(
-        default_factory=dict,
-        description='The tool\'s arguments by name. To use an earlier step\'s result write '
-        'a reference as a string: "<step_1>" for the whole result, "<step_2.items[0].id>" '
-        'for a part of it; inside longer text it is filled in as text: "sensors of '
-        '<step_1.name>".',
-    )
-    depends_on: list[int] = Field(
-        default_factory=list, description="The ids of the earlier steps this step needs."
-    )
-    expected_output: str | None = Field(
-        default=None, description="What the step should return (never used as its result)."
-    )
-
-
-class JsonPlan(BaseModel):
-    """A plan: the steps to run, in order."""
-
-    model_config = ConfigDict(extra="forbid", title="Plan")
-
-    steps: list[JsonStep] = Field(description="The steps, in order, numbered from 1.")
-
-
-def plan_schema() -> dict[str, Any]:
-    """The JSON Schema of a plan in the json dialect (``docs/plan.schema.json``).
-
-    Returns:
-        The schema of `JsonPlan` (title ``Plan``), ready for ``with_structured_output``.
-    """
-    return JsonPlan.model_json_schema()
 
 
 _ID_KEYS = ("id", "step_id", "step", "number", "step_number")
@@ -609,3 +566,15 @@ def parse_json_plan(text: str) -> Plan:
         raise PlanParseError("a JSON plan without any readable step", tuple(rd.diags.items))
     return Plan(steps=tuple(steps), diagnostics=tuple(rd.diags.items), dialect="json",
                 source=text)
+
+
+def __getattr__(name: str) -> Any:
+    """`JsonPlan`, `JsonStep` and `plan_schema` live in `planexec.parsing.jsonschema`.
+
+    They need pydantic, which reading a plan does not: they are imported on first use.
+    """
+    if name in ("JsonPlan", "JsonStep", "plan_schema"):
+        from planexec.parsing.jsonschema import JsonPlan, JsonStep, plan_schema
+
+        return {"JsonPlan": JsonPlan, "JsonStep": JsonStep, "plan_schema": plan_schema}[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,6 +30,7 @@ __all__ = [
     "StartedCall",
     "effective_status",
     "export_document",
+    "is_checkpoint",
     "owner_alive",
     "pid_alive",
     "process_start_time",
@@ -44,11 +45,25 @@ CHECKPOINT_EVENTS = frozenset(
     {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "RecoveryDecided",
      "RunFinished", "ApprovalRequested", "ApprovalDecided"}
 )
-"""Events that are committed before `RunStore.handle` returns.
+"""Events that are committed before `RunStore.handle` returns (see `is_checkpoint`).
 
 Other events (``StepStarted``, ``ArgResolved``, ``FallbackUsed``, ``LLMCalled`` ...)
 may be held in memory and committed with the run's next checkpoint event.
 """
+
+
+def is_checkpoint(data: Mapping[str, Any]) -> bool:
+    """Whether an encoded event (``{"type": ..., ...}``) is committed before ``handle`` returns.
+
+    Every type in `CHECKPOINT_EVENTS`, except the ``ToolCallStarted`` of a safe tool
+    (``"safe": true``: read-only or idempotent): resume runs such a step again whether
+    or not its call start was recorded, so that record may ride along with the step's
+    next commit (its ``StepFinished``), one transaction per step instead of two.
+    """
+    kind = data.get("type")
+    if kind == "ToolCallStarted" and data.get("safe") is True:
+        return False
+    return kind in CHECKPOINT_EVENTS
 
 HOST = socket.gethostname()
 

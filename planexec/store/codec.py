@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from planexec._json import json_data
 from planexec.errors import ErrorKind
 from planexec.events import Event
 from planexec.grounding import Grounding
@@ -22,6 +23,7 @@ __all__ = [
     "decode_value",
     "encode_value",
     "event_to_json",
+    "json_data",
     "plan_from_json",
     "plan_to_json",
     "result_from_json",
@@ -163,10 +165,32 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
 
 
 def result_to_json(result: StepResult) -> dict[str, Any]:
-    """Encode a step result (its `to_dict` shape plus the raw output)."""
-    data = result.to_dict()
-    data["raw_output"] = jsonable(result.raw_output)
-    return data
+    """Encode a step result: exactly its `StepResult.to_dict` data (a test checks it).
+
+    Built here with `json_data`, the fast path for plain JSON values, because the store
+    encodes a result on every step's critical path.
+    """
+    failure = result.failure
+    return {
+        "step_id": result.step_id,
+        "tool": result.tool,
+        "server": result.server,
+        "status": str(result.status),
+        "args": json_data(result.args),
+        "output": json_data(result.output),
+        "raw_output": json_data(result.raw_output),
+        "error": result.error,
+        "error_kind": str(result.error_kind) if result.error_kind else None,
+        "resolution": {k: str(v) for k, v in result.resolution.items()},
+        "llm_calls": result.llm_calls,
+        "attempts": result.attempts,
+        "started_at": result.started_at,
+        "duration": result.duration,
+        "note": result.note,
+        "reused": result.reused,
+        "failure": failure.to_dict() if failure else None,
+        "grounding": {k: g.to_dict() for k, g in result.grounding.items()},
+    }
 
 
 def result_from_json(data: dict[str, Any]) -> StepResult:
@@ -199,24 +223,38 @@ def result_from_json(data: dict[str, Any]) -> StepResult:
     )
 
 
+_RECORDED: dict[type, tuple[str, ...]] = {}
+
+
+def _recorded_fields(cls: type) -> tuple[str, ...]:
+    names = _RECORDED.get(cls)
+    if names is None:
+        names = _RECORDED[cls] = tuple(
+            f.name for f in dataclasses.fields(cls) if f.metadata.get("record", True) is not False
+        )
+    return names
+
+
 def event_to_json(event: Event) -> dict[str, Any]:
     """Encode any event as ``{"type": ..., <fields>...}``.
 
     Plans and step results use the faithful encodings above; everything else goes
-    through `planexec.results.jsonable`, so events added later are recorded too. Fields
-    marked ``metadata={"record": False}`` (`RunFinished.run`) are left out.
+    through `planexec.results.jsonable` (`json_data`), so events added later are
+    recorded too. Fields marked ``metadata={"record": False}`` (`RunFinished.run`) are
+    left out.
     """
     data: dict[str, Any] = {"type": event.type}
-    for f in dataclasses.fields(event):
-        if f.metadata.get("record", True) is False:
-            continue
-        value = getattr(event, f.name)
-        if isinstance(value, Plan):
-            data[f.name] = plan_to_json(value)
+    for name in _recorded_fields(type(event)):
+        value = getattr(event, name)
+        t = type(value)
+        if t is str or t is int or t is bool or value is None:
+            data[name] = value
+        elif isinstance(value, Plan):
+            data[name] = plan_to_json(value)
         elif isinstance(value, StepResult):
-            data[f.name] = result_to_json(value)
+            data[name] = result_to_json(value)
         elif isinstance(value, str):
-            data[f.name] = str(value)  # StrEnum → plain text
+            data[name] = str(value)  # StrEnum → plain text
         else:
-            data[f.name] = jsonable(value)
+            data[name] = json_data(value)
     return data

@@ -9,22 +9,28 @@
   transaction holding a few rows. Inside a process a lock serializes use of the
   connection; between processes SQLite's file lock does, with ``busy_timeout`` and then
   retries with exponential backoff and jitter on ``database is locked``.
-- **Durability**: `handle` commits checkpoint events (`CHECKPOINT_EVENTS`, which
-  include ``ToolCallStarted`` and ``StepFinished``) before it returns; the executor
-  awaits the bus before starting dependent steps, so a step's result is committed
-  before any step that depends on it starts. Other events ride along with the next
-  checkpoint. Every commit survives the process being killed; which commits are also
-  flushed to disk against an OS crash is the ``durability`` mode (`FLUSHED_EVENTS`).
-- A commit that is not flushed to disk is first tried on the calling thread without
-  waiting (a short transaction). A commit that is flushed (fsync), or that finds the
-  connection or the file locked, runs in a worker thread (`asyncio.to_thread`) that
-  waits and retries: neither a disk flush nor a lock wait blocks the event loop.
+- **Durability**: `handle` commits checkpoint events (`planexec.store.base.is_checkpoint`:
+  ``StepFinished``, the ``ToolCallStarted`` of an unsafe tool, ...) before it returns;
+  the executor awaits the bus before starting dependent steps, so a step's result is
+  committed before any step that depends on it starts. Other events (a safe tool's call
+  start among them) ride along with the next commit. Every commit survives the process
+  being killed; which commits are also flushed to disk against an OS crash is the
+  ``durability`` mode (`FLUSHED_EVENTS`).
+- **Group commit**: one queue of events for every run; a commit takes the whole queue,
+  in one transaction. A commit that is not flushed runs on the calling thread when no
+  other commit is in flight (a short transaction that never waits); when other steps
+  are running, it waits for the end of the event loop's turn, so the results recorded
+  in that turn share it. A flushed commit, or one that finds a commit in flight or the
+  file locked, is left to the store's writer thread, which commits everything queued
+  meanwhile with one flush, waiting and retrying on locks: neither a disk flush nor a
+  lock wait blocks the event loop. The writer thread also runs the WAL checkpoints.
   Reads are short and synchronous.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -32,6 +38,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +47,6 @@ from planexec.errors import RunNotFoundError, StoreError
 from planexec.events import Event, EventBus
 from planexec.results import RunStatus
 from planexec.store.base import (
-    CHECKPOINT_EVENTS,
     HOST,
     MY_START,
     RUN_FIELDS,
@@ -49,6 +55,7 @@ from planexec.store.base import (
     RunRecord,
     StartedCall,
     export_document,
+    is_checkpoint,
     run_record,
     unmatched_calls,
 )
@@ -140,17 +147,22 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _MAX_BUFFERED = 256
 
+_CHECKPOINT_EVERY = 200
+"""Commits on the event loop's side between two checkpoints by the writer thread."""
+
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
 
 FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished", "ApprovalDecided"})
 """Events whose commit is flushed to disk in the ``"calls"`` durability mode.
 
-Losing a ``ToolCallStarted`` to an OS crash would let resume call an unsafe tool again
-as if it had never been called; losing a later ``StepFinished`` only makes resume see
-an interrupted call (re-run if safe, ``UNKNOWN_OUTCOME`` if not). The flush of a
+Losing the ``ToolCallStarted`` of an unsafe tool to an OS crash would let resume call it
+again as if it had never been called; losing a later ``StepFinished`` only makes resume
+see an interrupted call (re-run if safe, ``UNKNOWN_OUTCOME`` if not). The flush of a
 ``ToolCallStarted`` also makes every earlier commit durable (the WAL is one file,
-written in order), so a step's result is on disk before any later tool call starts.
+written in order), so a step's result is on disk before any later unsafe call starts.
+The call start of a safe tool is not a checkpoint (`planexec.store.base.is_checkpoint`)
+and is not flushed: resume runs such a step again either way.
 """
 
 
@@ -222,6 +234,41 @@ def _open_error(path: Path, exc: BaseException) -> StoreError:
     return StoreError(f"cannot open the run store {path}: {detail}")
 
 
+@dataclass(frozen=True)
+class _Waiter:
+    """Someone waiting for a queued event's commit (``future`` None: a synchronous caller)."""
+
+    future: asyncio.Future[None] | None
+    flush: bool
+    """Whether that commit must also be flushed to disk."""
+    loop: asyncio.AbstractEventLoop | None
+
+
+def _resolve(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)
+
+
+def _settle(waiters: list[_Waiter], exc: BaseException | None) -> None:
+    """Tell each waiter its commit is done (or failed with ``exc``), on its own loop."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for w in waiters:
+        if w.future is None or w.loop is None:
+            continue
+        if w.loop is running:
+            _resolve(w.future, exc)
+        else:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                w.loop.call_soon_threadsafe(_resolve, w.future, exc)
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
@@ -233,16 +280,16 @@ class SQLiteRunStore:
     Args:
         path: the database file (created with its parent directories if absent).
         durability: what a commit survives. ``"calls"`` (the default): every commit
-            survives the process being killed, and the commit of a ``ToolCallStarted``
-            or ``RunFinished`` is also flushed to disk (fsync), which makes it — and
-            every earlier commit — survive an OS crash or power loss. ``"full"``:
-            every commit is flushed. ``"process"``: none is (fastest; survives the
-            process being killed, not an OS crash).
+            survives the process being killed, and the commit of an unsafe tool's
+            ``ToolCallStarted`` or of a ``RunFinished`` is also flushed to disk (fsync),
+            which makes it — and every earlier commit — survive an OS crash or power
+            loss. ``"full"``: every commit is flushed. ``"process"``: none is
+            (fastest; survives the process being killed, not an OS crash).
         busy_timeout: seconds SQLite waits for another writer's lock.
         retries: further attempts, with exponential backoff and jitter, when the lock
             is still held after ``busy_timeout``.
-        buffer_events: hold non-checkpoint events in memory until the run's next
-            checkpoint event (fewer transactions); False commits every event at once.
+        buffer_events: hold non-checkpoint events in memory until the next commit
+            (fewer transactions); False commits every event at once.
     """
 
     def __init__(
@@ -264,8 +311,20 @@ class SQLiteRunStore:
         self.retries = retries
         self.buffer_events = buffer_events
         self._lock = threading.RLock()
-        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._waiters: list[_Waiter] = []
         self._pending_lock = threading.Lock()
+        self._wake = threading.Condition()
+        self._writer: threading.Thread | None = None
+        self._writer_pid: int | None = None
+        self._work = False
+        self._stopping = False
+        self._inline_commits = 0
+        self._checkpoint_due = False
+        self._running: dict[str, int] = {}
+        self._running_total = 0
+        self._soon: set[asyncio.AbstractEventLoop] = set()
+        self._ckpt: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
@@ -359,6 +418,9 @@ class SQLiteRunStore:
                 )
                 fast.execute("PRAGMA busy_timeout = 0")
                 fast.execute("PRAGMA synchronous = NORMAL")
+                # its commits never copy the WAL into the file (a checkpoint, which
+                # flushes to disk): the writer thread does, off the event loop
+                fast.execute("PRAGMA wal_autocheckpoint = 0")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
             self._fast = fast
@@ -417,13 +479,6 @@ class SQLiteRunStore:
             conn.execute(f"PRAGMA synchronous = {mode}")
             self._sync = mode
 
-    def _flushes(self, batch: list[dict[str, Any]]) -> bool:
-        if self.durability == "full":
-            return True
-        if self.durability == "process":
-            return False
-        return any(d["type"] in FLUSHED_EVENTS for d in batch)
-
     def _write(self, fn: Callable[[sqlite3.Connection], None], flush: bool = True) -> None:
         """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, with retries."""
 
@@ -461,34 +516,238 @@ class SQLiteRunStore:
         bus.subscribe(self.handle)
 
     async def handle(self, event: Event) -> None:
-        """Record one event; a checkpoint event is committed before this returns."""
-        data = event_to_json(event)
-        batch = self._enqueue(data)
-        if not batch:
+        """Record one event; a checkpoint is committed (and flushed, per mode) on return.
+
+        Which events are checkpoints: `planexec.store.base.is_checkpoint`. Others are held
+        in memory and committed in the same transaction as the next commit of any run.
+        A commit that is not flushed to disk runs on the calling thread when no other
+        commit is in flight (a short transaction that never waits); a flushed commit, or
+        one that finds a commit in flight or the file locked, is left to the store's
+        writer thread, which commits everything queued meanwhile in one transaction with
+        one flush (group commit).
+        """
+        loop = asyncio.get_running_loop()
+        waiter = self._enqueue(event_to_json(event), loop)
+        if waiter is None:
             return
-        if self._flushes(batch) or not self._write_now(batch):
-            # a flush to disk (fsync) or a wait for a lock happens off the event loop
-            await asyncio.to_thread(self.write_events, batch)
+        if waiter.flush:
+            self._wake_writer()
+        elif self._running_total > 0:
+            # other steps are running: the results they record in this turn of the loop
+            # share one commit, made at its end
+            if loop not in self._soon:
+                self._soon.add(loop)
+                loop.call_soon(self._commit_soon, loop)
+        elif self._commit_inline():
+            return
+        else:
+            self._wake_writer()
+        assert waiter.future is not None
+        await waiter.future
+
+    def _commit_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit what this turn of ``loop`` queued (inline, or through the writer)."""
+        self._soon.discard(loop)
+        if not self._commit_inline():
+            self._wake_writer()
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
-        batch = self._enqueue(event_to_json(event))
-        if batch:
-            self.write_events(batch)
+        if self._enqueue(event_to_json(event), None) is not None:
+            self.flush_sync()
 
-    def _enqueue(self, data: dict[str, Any]) -> list[dict[str, Any]]:
-        """Buffer ``data`` or return the batch that must be committed now."""
-        run_id = data["run_id"]
+    def _flush_wanted(self, data: dict[str, Any]) -> bool:
+        """Whether the commit of an event is flushed to disk (fsync) in this mode."""
+        if self.durability == "full":
+            return True
+        if self.durability == "process":
+            return False
+        return data["type"] in FLUSHED_EVENTS and is_checkpoint(data)
+
+    def _enqueue(
+        self, data: dict[str, Any], loop: asyncio.AbstractEventLoop | None
+    ) -> _Waiter | None:
+        """Queue ``data``; return what to wait for when it must be committed now."""
+        due = not self.buffer_events or is_checkpoint(data)
         with self._pending_lock:
-            pending = self._pending.setdefault(run_id, [])
-            pending.append(data)
+            self._count_running(data)
+            self._pending.append(data)
+            if not due and len(self._pending) < _MAX_BUFFERED:
+                return None
+            waiter = _Waiter(
+                loop.create_future() if loop is not None else None, self._flush_wanted(data),
+                loop,
+            )
+            self._waiters.append(waiter)
+        return waiter
+
+    def _count_running(self, data: dict[str, Any]) -> None:
+        """Keep count of the steps started and not finished, per run (``_pending_lock``).
+
+        Only decides whether a result waits for the end of the loop's turn to share a
+        commit (`handle`); a count that drifts (a step cancelled without a result) costs
+        that wait, never a commit, and ends with its run.
+        """
+        kind, run_id = data["type"], data["run_id"]
+        if kind == "StepStarted":
+            self._running[run_id] = self._running.get(run_id, 0) + 1
+            self._running_total += 1
+        elif kind == "StepFinished" and self._running.get(run_id, 0) > 0:
+            self._running[run_id] -= 1
+            self._running_total -= 1
+        elif kind == "RunFinished":
+            self._running_total -= self._running.pop(run_id, 0)
+
+    def _take(self, may_flush: bool) -> tuple[list[dict[str, Any]], list[_Waiter], bool] | None:
+        """Take every queued event and waiter (None: a flush is wanted and not allowed).
+
+        Called with ``_lock`` held: no other commit is in flight, so whatever was taken
+        before is committed.
+        """
+        with self._pending_lock:
+            flush = self.durability == "full" or any(w.flush for w in self._waiters)
+            if flush and not may_flush:
+                return None
+            batch, waiters = self._pending, self._waiters
+            self._pending, self._waiters = [], []
+        return batch, waiters, flush and self.durability != "process"
+
+    def _commit_inline(self) -> bool:
+        """Commit the queue on the calling thread if that needs no wait and no flush.
+
+        Returns False, leaving the queue to the writer thread, when another commit is in
+        flight (in this process: ``_lock``; in another: the file's write lock) or the
+        queue holds an event whose commit is flushed.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            taken = self._take(may_flush=False)
+            if taken is None:
+                return False
+            batch, waiters, _ = taken
+            if not batch:
+                _settle(waiters, None)
+                return True
+            try:
+                conn = self._fast_connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply_batch(conn, batch)
+                    self._before_commit(batch)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except (sqlite3.Error, StoreError):
+                # locked by another process, or any trouble: the writer waits and retries
+                self._requeue(batch, waiters)
+                return False
+            _settle(waiters, None)
+            self._inline_commits += 1
+            if self._inline_commits >= _CHECKPOINT_EVERY:
+                self._inline_commits = 0
+                self._checkpoint_due = True
+                self._wake_writer()
+            return True
+        finally:
+            self._lock.release()
+
+    def _requeue(self, batch: list[dict[str, Any]], waiters: list[_Waiter]) -> None:
+        """Put a batch that was not committed back at the head of the queue."""
+        with self._pending_lock:
+            self._pending[:0] = batch
+            self._waiters[:0] = waiters
+
+    def _commit_queue(self) -> None:
+        """Commit (and flush, if any queued event wants it) the whole queue; waits for locks.
+
+        The writer thread's work, and `flush_sync`'s. The waiters of the batch get the
+        outcome: done, or the `StoreError` that stopped the commit.
+        """
+        with self._lock:
+            taken = self._take(may_flush=True)
+            assert taken is not None
+            batch, waiters, flush = taken
+            if not batch:
+                _settle(waiters, None)
+                return
+
+            def tx() -> None:
+                conn = self._connection()
+                self._set_sync(conn, flush)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply_batch(conn, batch)
+                    self._before_commit(batch)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+
+            try:
+                self._retry(tx)
+            except BaseException as exc:
+                _settle(waiters, exc if isinstance(exc, Exception) else StoreError(
+                    f"run store {self.path}: the commit was interrupted ({exc!r})"))
+                raise
+        _settle(waiters, None)
+
+    def _wake_writer(self) -> None:
+        """Start the writer thread if needed (one per process) and tell it there is work."""
+        with self._wake:
             if (
-                not self.buffer_events
-                or data["type"] in CHECKPOINT_EVENTS
-                or len(pending) >= _MAX_BUFFERED
+                self._writer is None
+                or self._writer_pid != os.getpid()  # forked: threads do not follow
+                or not self._writer.is_alive()  # ended by a bug (it raised)
             ):
-                return self._pending.pop(run_id)
-        return []
+                self._writer = threading.Thread(
+                    target=self._writer_loop, name=f"planexec-store-{self.path.name}",
+                    daemon=True,
+                )
+                self._writer_pid = os.getpid()
+                self._stopping = False
+                self._writer.start()
+            self._work = True
+            self._wake.notify()
+
+    def _writer_loop(self) -> None:
+        """Commit whatever is queued, batch after batch, until `close`."""
+        while True:
+            with self._wake:
+                while not self._work and not self._stopping:
+                    self._wake.wait()
+                if self._stopping and not self._work:
+                    return
+                self._work = False
+            try:
+                self._commit_queue()
+            except StoreError as exc:  # the waiters got it; the writer carries on
+                logger.bind(run_id="-", step_id="-").warning(
+                    "run store {}: a commit failed: {}", self.path, exc
+                )
+            if self._checkpoint_due:
+                self._checkpoint_due = False
+                self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database file (``PASSIVE``: never waits for anyone).
+
+        On the writer thread's own connection, without ``_lock``: commits go on meanwhile.
+        A busy file is no error: the next checkpoint (or SQLite's own) catches up.
+        """
+        try:
+            if self._ckpt is None:
+                self._ckpt = sqlite3.connect(
+                    self.path, timeout=0.0, isolation_level=None, check_same_thread=False
+                )
+            self._ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            logger.bind(run_id="-", step_id="-").debug(
+                "run store {}: checkpoint skipped: {}", self.path, exc
+            )
 
     async def flush(self) -> None:
         """Commit every buffered event."""
@@ -496,55 +755,16 @@ class SQLiteRunStore:
 
     def flush_sync(self) -> None:
         """Commit every buffered event, synchronously."""
-        with self._pending_lock:
-            batches = list(self._pending.values())
-            self._pending.clear()
-        for batch in batches:
-            if batch:
-                self.write_events(batch)
+        self._commit_queue()
 
     def write_events(self, batch: list[dict[str, Any]]) -> None:
-        """Commit encoded events (`planexec.store.codec.event_to_json`) in one transaction."""
+        """Commit encoded events (`planexec.store.codec.event_to_json`) in one transaction.
 
-        def apply(conn: sqlite3.Connection) -> None:
-            self._apply_batch(conn, batch)
-            self._before_commit(batch)
-
-        self._write(apply, self._flushes(batch))
-
-    def _write_now(self, batch: list[dict[str, Any]]) -> bool:
-        """Commit ``batch`` on the calling thread if no one holds a lock; else return False.
-
-        The fast path for commits that are not flushed to disk: a short transaction
-        that never waits. When the connection is in use in this process, or another
-        process holds the write lock, the caller falls back to `write_events` in a
-        worker thread, which waits and retries.
+        They are committed after (and with) every event already queued.
         """
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            conn = self._fast_connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc):
-                    return False
-                raise StoreError(f"run store {self.path}: {exc}") from exc
-            try:
-                self._apply_batch(conn, batch)
-                self._before_commit(batch)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-                    return False
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"run store {self.path}: {exc}") from exc
-                raise
-            return True
-        finally:
-            self._lock.release()
+        with self._pending_lock:
+            self._pending.extend(batch)
+        self._commit_queue()
 
     def _before_commit(self, batch: list[dict[str, Any]]) -> None:
         """Called inside the write transaction, just before ``COMMIT``.
@@ -554,15 +774,19 @@ class SQLiteRunStore:
         """
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[dict[str, Any]]) -> None:
-        """Write a batch of one run's events (inside a transaction)."""
-        first, last = batch[0], batch[-1]
-        conn.execute(
-            "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, pid_start) "
-            "VALUES (?, 'RUNNING', ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
-            (first["run_id"], float(first["ts"]), float(last["ts"]), os.getpid(), HOST,
-             MY_START),
-        )
+        """Write a batch of events, of one run or several, in order (inside a transaction)."""
+        spans: dict[str, tuple[float, float]] = {}
+        for data in batch:
+            ts = float(data["ts"])
+            first = spans.get(data["run_id"])
+            spans[data["run_id"]] = (first[0] if first else ts, ts)
+        for run_id, (first_ts, last_ts) in spans.items():
+            conn.execute(
+                "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, "
+                "pid_start) VALUES (?, 'RUNNING', ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
+                (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
+            )
         for data in batch:
             self._apply(conn, data)
 
@@ -570,11 +794,16 @@ class SQLiteRunStore:
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
         result = data.get("result") if kind == "StepFinished" else None
         step_id = data.get("step_id", result.get("step_id") if result else None)
+        if result is not None:  # the result's text once, for the event and its row
+            result_text = _dumps(result)
+            rest = _dumps({k: v for k, v in data.items() if k != "result"})
+            text = f'{rest[:-1]},"result":{result_text}}}'
+        else:
+            text = _dumps(data)
         cur = conn.execute(
             "INSERT INTO events (run_id, ts, type, step_id, plan_version, data) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")),
-             _dumps(data)),
+            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")), text),
         )
         seq = cur.lastrowid
         if kind == "RunStarted":
@@ -606,7 +835,7 @@ class SQLiteRunStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, int(data.get("plan_version", 1)), int(result["step_id"]), seq,
                  result["status"], result.get("tool"), result.get("error_kind"),
-                 result.get("started_at"), result.get("duration"), ts, _dumps(result)),
+                 result.get("started_at"), result.get("duration"), ts, result_text),
             )
             if result["status"] == "FAILED" and result.get("error_kind"):
                 conn.execute(
@@ -805,8 +1034,21 @@ class SQLiteRunStore:
         return export_document(self, run_id)
 
     def close(self) -> None:
-        """Commit buffered events and close the connection."""
+        """Commit buffered events, stop the writer thread and close the connections."""
         self.flush_sync()
+        with self._wake:
+            writer, self._writer = self._writer, None
+            self._stopping = True
+            self._wake.notify()
+        if (
+            writer is not None
+            and self._writer_pid == os.getpid()
+            and writer is not threading.current_thread()
+        ):
+            writer.join()
+        if self._ckpt is not None:
+            self._ckpt.close()
+            self._ckpt = None
         with self._lock:
             if self._conn is not None and self._conn_pid == os.getpid():
                 self._conn.close()

@@ -17,7 +17,6 @@ from rich.console import Console
 
 from planexec.agent import PlanExecuteAgent
 from planexec.cli import main
-from planexec.commands import _display
 from planexec.commands._display import DEFAULT_WIDTH, PlannerStatus, terminal_width
 from planexec.commands.runs import timeline_bars
 from planexec.config import AgentConfig
@@ -39,7 +38,7 @@ def no_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
         raise OSError("not a terminal")
 
     monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.setattr(_display.os, "get_terminal_size", not_a_terminal)
+    monkeypatch.setattr(os, "get_terminal_size", not_a_terminal)
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,7 +55,7 @@ def test_the_width_is_the_terminals_or_columns_or_the_default(
     monkeypatch.setenv("COLUMNS", "97")
     assert terminal_width() == 97
     monkeypatch.delenv("COLUMNS")
-    monkeypatch.setattr(_display.os, "get_terminal_size",
+    monkeypatch.setattr(os, "get_terminal_size",
                         lambda fd=1: os.terminal_size((211, 50)))
     assert terminal_width() == 211
 
