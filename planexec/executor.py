@@ -70,7 +70,7 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
-from planexec.plan import Plan, Ref, Step, Template, iter_refs
+from planexec.plan import Plan, Ref, Step, Template
 from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
 from planexec.results import (
@@ -237,18 +237,6 @@ def _not_started(
 
 def _short(value: Any, limit: int = 200) -> str:
     return _cut(_as_text(value), limit)
-
-
-def _arg_of_ref(step: Step) -> dict[int, str]:
-    """For each referenced step id, the first argument (name) that refers to it."""
-    where: dict[int, str] = {}
-    for name, value in step.args.items():
-        for ref in iter_refs(value):
-            where.setdefault(ref.step, name)
-    for i, value in enumerate(step.positional):
-        for ref in iter_refs(value):
-            where.setdefault(ref.step, f"positional argument {i + 1}")
-    return where
 
 
 def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
@@ -519,7 +507,7 @@ class Executor:
         waiting: dict[int, int] = {}
         dependents: dict[int, list[int]] = {sid: [] for sid in pending_ids}
         for s in to_run:
-            deps = {d for d in _deps(s) if d in pending_ids}
+            deps = {d for d in s.deps if d in pending_ids}
             waiting[s.id] = len(deps)
             for d in deps:
                 dependents[d].append(s.id)
@@ -582,10 +570,10 @@ class Executor:
     async def _fail_cycle(self, stuck: list[Step], order: list[int]) -> None:
         stuck_ids = {s.id for s in stuck}
         for s in stuck:
-            where = _arg_of_ref(s)
+            where = s.ref_args
             waits = ", ".join(
                 f"step {d}" + (f" (argument {where[d]!r})" if d in where else "")
-                for d in sorted(_deps(s) & stuck_ids)
+                for d in sorted(s.deps & stuck_ids)
             )
             msg = (
                 f"step {s.id}: cannot run: it waits on {waits}, and steps "
@@ -845,7 +833,7 @@ class Executor:
     ) -> None:
         for ref in step.refs:
             if ref.step not in plan_ids and ref.step not in results:
-                arg = _arg_of_ref(step).get(ref.step)
+                arg = step.ref_args.get(ref.step)
                 message = (
                     f"step {step.id}: argument {arg or '?'!r} refers to step {ref.step} "
                     f"({ref.raw or ref.canonical}), which is not in the plan; "
@@ -868,11 +856,11 @@ class Executor:
                 )
 
     def _check_upstream(self, step: Step, results: Mapping[int, StepResult]) -> None:
-        for dep in sorted(_deps(step)):
+        for dep in sorted(step.deps):
             r = results.get(dep)
             if r is None or r.status is StepStatus.SUCCEEDED:
                 continue
-            where = _arg_of_ref(step)
+            where = step.ref_args
             referenced = dep in where
             if r.status in _BLOCKING or (referenced and r.status is StepStatus.SKIPPED):
                 how = f"argument {where[dep]!r} refers to" if referenced else "depends on"
@@ -954,7 +942,7 @@ class Executor:
             )
         inputs = {
             d: results[d]
-            for d in _deps(step)
+            for d in step.deps
             if d in results and results[d].status is StepStatus.SUCCEEDED
         }
         ctx.phase = "selecting"
@@ -1018,7 +1006,7 @@ class Executor:
             return self._result(ctx, StepStatus.SKIPPED, None, None, note=message)
         inputs = {
             d: results[d]
-            for d in _deps(step)
+            for d in step.deps
             if d in results and results[d].status is StepStatus.SUCCEEDED
         }
         ctx.phase = "reasoning"
@@ -1309,11 +1297,6 @@ def _non_finite(value: Any) -> str | None:
 
 def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:
     queue.put_nowait(sid)
-
-
-def _deps(step: Step) -> set[int]:
-    deps = set(step.depends_on) | set(step.explicit_deps) | {r.step for r in step.refs}
-    return deps
 
 
 def _named(step_id: int, message: str) -> str:

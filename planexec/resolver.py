@@ -45,7 +45,10 @@ and a message for people naming the step, the argument and the cause.
 from __future__ import annotations
 
 import json
+import math
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -490,6 +493,11 @@ def _resolve_value(
     return value, ResolutionMethod.LITERAL
 
 
+def _ref_texts(value: Any) -> tuple[str, ...]:
+    """The references in a value, as written."""
+    return tuple(r.raw or r.canonical for r in iter_refs(value))
+
+
 def _is_literal(value: Any) -> bool:
     """Whether a plan value is a literal: no reference and no placeholder-looking text."""
     if isinstance(value, Ref | Template):
@@ -528,6 +536,116 @@ def _adapter(schema: type[BaseModel], name: str) -> TypeAdapter[Any] | None:
         return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
     except PydanticUserError:
         return TypeAdapter(annotation)
+
+
+_ANY: Any = object()
+"""`_plain_field`'s answer for a field typed ``Any``."""
+
+_AS_IS_TYPES = (str, int, float, bool)
+_PLAIN_NODES = 10_000
+"""Values with more nodes than this take the general path (and cycles end there)."""
+
+
+@lru_cache(maxsize=1024)
+def _plain_field(schema: type[BaseModel], name: str) -> Any:
+    """The exact types one field of an args schema takes *as they are*, if plain.
+
+    `_ANY` for ``Any``; ``(T,)`` for ``T`` and ``(T, NoneType)`` for ``T | None`` where
+    ``T`` is ``str``, ``int``, ``float`` or ``bool``; None for every other field
+    (constraints, models, containers...): `_coerce` decides for those.
+    """
+    info = schema.model_fields.get(name)
+    if info is None or info.metadata:
+        return None
+    annotation: Any = info.annotation
+    if annotation is Any:
+        return _ANY
+    if annotation in _AS_IS_TYPES:
+        return (annotation,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+        if len(members) == 2 and type(None) in members:
+            other = members[0] if members[1] is type(None) else members[1]
+            if other in _AS_IS_TYPES:
+                return (other, type(None))
+    return None
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether a value is plain JSON data (dicts with str keys, lists, finite numbers...).
+
+    Such a value is its own `jsonable` form and pydantic's JSON dump of it under
+    ``Any``: `_coerce` would leave it unchanged.
+    """
+    stack = [value]
+    seen = 0
+    while stack:
+        seen += 1
+        if seen > _PLAIN_NODES:
+            return False
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+            continue
+        if kind is dict:
+            for key, sub in item.items():
+                if type(key) is not str:
+                    return False
+                stack.append(sub)
+            continue
+        if kind is list:
+            stack.extend(item)
+            continue
+        return False
+    return True
+
+
+def _fits_as_is(schema: type[BaseModel], name: str, value: Any) -> bool:
+    """Whether `_coerce` would leave ``value`` unchanged, known without pydantic.
+
+    False means "not known": the caller takes the general path.
+    """
+    kinds = _plain_field(schema, name)
+    if kinds is None:
+        return False
+    if kinds is _ANY:
+        return _plain_json(value)
+    kind = type(value)
+    if kind is float:
+        return float in kinds and math.isfinite(value)
+    return kind in kinds
+
+
+def _fast_value(value: Any, results: Mapping[int, StepResult]) -> tuple[Any, ResolutionMethod]:
+    """Resolve a literal scalar or a whole-value reference, the common cases, cheaply.
+
+    Gives what `_resolve_value` gives for them, or `_MISSING` (as the value) when the
+    value needs the general path: a container, a template, a hinted reference, a path
+    that does not exist (the filter tier and the fallback are there), placeholder-
+    looking text.
+    """
+    kind = type(value)
+    if kind is Ref:
+        if value.hint is not None:
+            return _MISSING, ResolutionMethod.LITERAL
+        output = results[value.step].output
+        if not value.path:
+            return output, ResolutionMethod.REFERENCE
+        try:
+            return follow_path(output, value.path), ResolutionMethod.PATH
+        except LookupError:
+            return _MISSING, ResolutionMethod.LITERAL
+    if kind is str:
+        if contains_placeholder(value):
+            return _MISSING, ResolutionMethod.LITERAL
+        return value, ResolutionMethod.LITERAL
+    if kind is int or kind is float or kind is bool or value is None:
+        return value, ResolutionMethod.LITERAL
+    return _MISSING, ResolutionMethod.LITERAL
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -688,7 +806,6 @@ class _Resolution:
         self.methods: dict[str, ResolutionMethod] = {}
         self.grounding: dict[str, Grounding] = {}
         self._index: OutputIndex | None = None
-        self.log = step_log(run_id, step.id)
 
     # -- helpers -------------------------------------------------------------------
 
@@ -722,7 +839,7 @@ class _Resolution:
         )
 
     async def warn(self, code: str, message: str) -> None:
-        self.log.warning(message)
+        step_log(self.run_id, self.step.id).warning(message)
         if self.bus is not None:
             await self.bus.emit(
                 FallbackUsed(run_id=self.run_id, step_id=self.step.id, code=code, message=message)
@@ -827,21 +944,28 @@ class _Resolution:
         needs: dict[str, _Need] = {}
         unfit: dict[str, str] = {}  # literals that do not fit their type: name → why
         for name, value in bound.items():
-            refs = tuple(r.raw or r.canonical for r in iter_refs(value))
-            notes: list[str] = []
-            found: list[_Found] = []
-            try:
-                resolved, method = _resolve_value(
-                    value, self.results, notes, found, self.resolver.tier
-                )
-            except _NeedsFallback as exc:
-                needs[name] = self.need(value, refs, exc.reason)
+            resolved, method = _fast_value(value, self.results)
+            if resolved is _MISSING:  # the general path: containers, templates, hints...
+                notes: list[str] = []
+                found: list[_Found] = []
+                try:
+                    resolved, method = _resolve_value(
+                        value, self.results, notes, found, self.resolver.tier
+                    )
+                except _NeedsFallback as exc:
+                    needs[name] = self.need(value, _ref_texts(value), exc.reason)
+                    continue
+                for note in notes:
+                    await self.warn(
+                        "ARG_INTERPOLATED_JSON", f"{self.where}: argument '{name}': {note}"
+                    )
+                if found:
+                    await self.filtered(name, value, found)
+            if spec is None or _fits_as_is(spec.args_schema, name, resolved):
+                values[name] = resolved  # nothing to coerce (what `_coerce` would find)
+                methods[name] = method
                 continue
-            for note in notes:
-                await self.warn("ARG_INTERPOLATED_JSON", f"{self.where}: argument '{name}': {note}")
-            if found:
-                await self.filtered(name, value, found)
-            adapter = _adapter(spec.args_schema, name) if spec is not None else None
+            adapter = _adapter(spec.args_schema, name)
             if adapter is not None:
                 try:
                     changed, fitted = _coerce(adapter, resolved)
@@ -853,7 +977,7 @@ class _Resolution:
                     if method is ResolutionMethod.LITERAL:
                         unfit[name] = why
                     else:
-                        needs[name] = self.need(value, refs, why)
+                        needs[name] = self.need(value, _ref_texts(value), why)
                         self.grounding.pop(name, None)
                     continue
                 if changed:
@@ -883,8 +1007,7 @@ class _Resolution:
                 if value is _MISSING:
                     need = needs.setdefault(name, _Need(_MISSING, ()))
                 else:
-                    refs = tuple(r.raw or r.canonical for r in iter_refs(value))
-                    need = needs.setdefault(name, self.need(value, refs))
+                    need = needs.setdefault(name, self.need(value, _ref_texts(value)))
                 need.reasons.append("the previous value was rejected (see the feedback)")
                 values.pop(name, None)
                 methods.pop(name, None)
