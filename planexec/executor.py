@@ -92,6 +92,8 @@ from planexec.tools import (
 )
 
 if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tracing
+    from pydantic import BaseModel
+
     from planexec.tracing import RunnableConfig, RunTrace
 
 __all__ = [
@@ -131,10 +133,19 @@ class LocalToolRunner:
     """
 
     async def call(
-        self, spec: ToolSpec, args: dict[str, Any], config: RunnableConfig | None = None
+        self,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        config: RunnableConfig | None = None,
+        *,
+        validated: BaseModel | None = None,
     ) -> Any:
-        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given)."""
-        return await invoke_tool(spec, args, config)
+        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given).
+
+        ``validated``: the arguments as the resolver validated them (not validated
+        again on the direct path).
+        """
+        return await invoke_tool(spec, args, config, validated=validated)
 
 
 @runtime_checkable
@@ -280,6 +291,8 @@ class _Ctx:
     tool: str | None = None
     note: str | None = None
     """A remark put on the step's result whatever its end (e.g. the tool selected)."""
+    validated: tuple[dict[str, Any], BaseModel] | None = None
+    """The resolved arguments and their validated model (for those arguments only)."""
 
 
 class Executor:
@@ -764,6 +777,8 @@ class Executor:
                 StepStatus.FAILED, resolved.kind, named, failure=resolved.to_error(named)
             )
         args = dict(resolved.args)
+        if resolved.validated is not None:
+            ctx.validated = (args, resolved.validated)
         ctx.phase = "calling"
         self._check_invariant(step, args, spec)
 
@@ -1064,7 +1079,12 @@ class Executor:
             )
 
     async def _await_call(
-        self, step: Step, spec: ToolSpec, args: dict[str, Any], timeout: float | None
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        timeout: float | None,
+        validated: tuple[dict[str, Any], BaseModel] | None = None,
     ) -> Any:
         """Make one tool call in a task of its own; wait for it at most ``timeout`` seconds.
 
@@ -1076,9 +1096,13 @@ class Executor:
                 whether the tool was left running.
             asyncio.CancelledError: the step was cancelled.
         """
-        if self.trace is not None and type(self.runner) is LocalToolRunner:
-            config = self.trace.tool_config(step.id, spec.name)
-            call = asyncio.ensure_future(self.runner.call(spec, args, config=config))
+        if type(self.runner) is LocalToolRunner:
+            config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
+            # the resolver's validation, when it is of these very arguments
+            model = validated[1] if validated is not None and validated[0] is args else None
+            call = asyncio.ensure_future(
+                self.runner.call(spec, args, config=config, validated=model)
+            )
         else:
             call = asyncio.ensure_future(self.runner.call(spec, args))
         try:
@@ -1170,7 +1194,7 @@ class Executor:
                 )
             )
             try:
-                raw = await self._await_call(step, spec, args, timeout)
+                raw = await self._await_call(step, spec, args, timeout, ctx.validated)
             except asyncio.CancelledError:
                 breaker.release()
                 raise

@@ -113,6 +113,9 @@ class ResolvedArgs:
     """Model calls made by the fallback for this step (0, 1 or 2)."""
     grounding: dict[str, Grounding] = field(default_factory=dict)
     """Where each argument filled by the filter tier or the fallback comes from."""
+    validated: BaseModel | None = field(default=None, compare=False, repr=False)
+    """``args`` validated by the tool's schema (`planexec.tools.ToolSpec.parse`), for
+    the call (not validated again); None for a reasoning step."""
 
 
 @dataclass(frozen=True)
@@ -1051,14 +1054,19 @@ class _Resolution:
                         grounding=self.grounding.get(name),
                     )
                 )
+        validated: BaseModel | None = None
         if spec is not None:
             try:
-                spec.validate(values)
+                validated = spec.parse(values)
             except ValidationError as exc:
                 return self.invalid(exc, bound)
         grounding = {n: self.grounding[n] for n in methods if n in self.grounding}
         return ResolvedArgs(
-            args=values, methods=methods, llm_calls=self.llm_calls, grounding=grounding
+            args=values,
+            methods=methods,
+            llm_calls=self.llm_calls,
+            grounding=grounding,
+            validated=validated,
         )
 
     def invalid(self, exc: ValidationError, bound: Mapping[str, Any]) -> ResolutionFailure:
