@@ -1,6 +1,8 @@
 """The executor: runs a checked `Plan` as a DAG of steps on asyncio.
 
-Every step whose dependencies are done starts at once, up to ``max_concurrency``.
+Every step whose dependencies are done starts at once, up to ``max_concurrency``
+(1,024 by default), and a tool named in ``tool_concurrency`` has at most that many
+calls running (its other steps wait for a slot).
 For each step, in order:
 
 1. its own defects: unreadable ``#Args`` (``ARGS_SYNTAX``), an unknown tool
@@ -393,6 +395,8 @@ class Executor:
         self._cancel_reason: str | None = None
         self._last_cancel_reason: str | None = None
         self._detached: set[asyncio.Future[Any]] = set()
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
 
     # ------------------------------------------------------------------ public API
 
@@ -444,6 +448,7 @@ class Executor:
         plan_version: int = 1,
     ) -> list[StepResult]:
         """Run a plan; see `_run` (traced as one round of the plan attempt when traced)."""
+        self._slots = {}  # semaphores belong to the running loop: new ones per run
         if self.trace is None:
             return await self._run(plan, prior=prior, feedback=feedback, plan_version=plan_version)
         await self.trace.start_attempt(plan_version, len(plan.steps))
@@ -1044,6 +1049,16 @@ class Executor:
             )
         return self._result(ctx, StepStatus.SUCCEEDED, None, None, output=answer, raw_output=answer)
 
+    def _tool_slots(self, spec: ToolSpec) -> asyncio.Semaphore | None:
+        """The semaphore bounding a tool's concurrent calls, if it has a limit."""
+        limit = self.config.concurrency_for(spec)
+        if limit is None:
+            return None
+        slots = self._slots.get(spec.qualified_name)
+        if slots is None:
+            slots = self._slots[spec.qualified_name] = asyncio.Semaphore(limit)
+        return slots
+
     def _retryable(self, spec: ToolSpec) -> bool:
         if spec.hints.destructive:
             return False
@@ -1164,6 +1179,7 @@ class Executor:
         timeout = self.config.timeout_for(spec)
         output_limit = self.config.output_limit_for(spec)
         policy = self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY
+        slots = self._tool_slots(spec)
         empties = 0
         warnings: list[str] = []
 
@@ -1171,6 +1187,12 @@ class Executor:
             return _short(args)
 
         async def attempt() -> tuple[Any, Any]:
+            if slots is None:
+                return await attempt_call()
+            async with slots:  # the tool is at its limit: wait for a call to end
+                return await attempt_call()
+
+        async def attempt_call() -> tuple[Any, Any]:
             nonlocal empties
             try:
                 breaker.before_call()
