@@ -655,8 +655,11 @@ class Executor:
         if self.trace is not None:
             await self.trace.start_step(step.id, step.tool)
         try:
-            async with asyncio.timeout(self.config.step_timeout):
+            if self.config.step_timeout is None:  # no timeout context to enter and leave
                 result = await self._execute(ctx, results, feedback, plan_ids)
+            else:
+                async with asyncio.timeout(self.config.step_timeout):
+                    result = await self._execute(ctx, results, feedback, plan_ids)
         except _StepFailed as failed:
             result = self._result(ctx, failed.status, failed.kind, failed.message, **failed.fields)
         except TimeoutError:
@@ -1120,6 +1123,12 @@ class Executor:
             )
         else:
             call = asyncio.ensure_future(self.runner.call(spec, args))
+        if timeout is None:  # the cheapest wait that can stop waiting: a shield
+            try:
+                return await asyncio.shield(call)
+            except asyncio.CancelledError:
+                self._abandon(call, step, spec)  # nothing to do if the call itself ended so
+                raise
         try:
             done, _ = await asyncio.wait({call}, timeout=timeout)
         except asyncio.CancelledError:
