@@ -69,7 +69,14 @@ from planexec.grounding import Grounding, HintLiteral, OutputIndex
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
 from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
-from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
+from planexec.results import (
+    ResolutionMethod,
+    StepError,
+    StepResult,
+    StepStatus,
+    jsonable,
+    plain_json_size,
+)
 from planexec.tools import ToolSpec
 
 __all__ = [
@@ -545,8 +552,6 @@ _ANY: Any = object()
 """`_plain_field`'s answer for a field typed ``Any``."""
 
 _AS_IS_TYPES = (str, int, float, bool)
-_PLAIN_NODES = 10_000
-"""Values with more nodes than this take the general path (and cycles end there)."""
 
 
 @lru_cache(maxsize=1024)
@@ -574,39 +579,6 @@ def _plain_field(schema: type[BaseModel], name: str) -> Any:
     return None
 
 
-def _plain_json(value: Any) -> bool:
-    """Whether a value is plain JSON data (dicts with str keys, lists, finite numbers...).
-
-    Such a value is its own `jsonable` form and pydantic's JSON dump of it under
-    ``Any``: `_coerce` would leave it unchanged.
-    """
-    stack = [value]
-    seen = 0
-    while stack:
-        seen += 1
-        if seen > _PLAIN_NODES:
-            return False
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is float:
-            if not math.isfinite(item):
-                return False
-            continue
-        if kind is dict:
-            for key, sub in item.items():
-                if type(key) is not str:
-                    return False
-                stack.append(sub)
-            continue
-        if kind is list:
-            stack.extend(item)
-            continue
-        return False
-    return True
-
-
 def _fits_as_is(schema: type[BaseModel], name: str, value: Any) -> bool:
     """Whether `_coerce` would leave ``value`` unchanged, known without pydantic.
 
@@ -615,8 +587,8 @@ def _fits_as_is(schema: type[BaseModel], name: str, value: Any) -> bool:
     kinds = _plain_field(schema, name)
     if kinds is None:
         return False
-    if kinds is _ANY:
-        return _plain_json(value)
+    if kinds is _ANY:  # plain JSON data is its own jsonable form and JSON dump
+        return plain_json_size(value) is not None
     kind = type(value)
     if kind is float:
         return float in kinds and math.isfinite(value)

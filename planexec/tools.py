@@ -47,7 +47,7 @@ from pydantic_core import InitErrorDetails
 from planexec._loading import load_object
 from planexec._log import logger
 from planexec.errors import ToolLoadError
-from planexec.results import MAX_JSON_DEPTH, encode_json
+from planexec.results import MAX_JSON_DEPTH, encode_json, plain_json_size
 
 __all__ = [
     "AmbiguousToolError",
@@ -985,6 +985,9 @@ def check_output(raw: Any, *, limit: int | None = None) -> tuple[Any, Any, list[
     if limit is not None and isinstance(raw, str) and len(raw) > limit:
         raise ToolOutputError(_too_large(len(raw), limit))
     output, raw_out = normalize_output(raw)
+    bound = plain_json_size(output)
+    if bound is not None and (limit is None or isinstance(raw, str) or bound <= limit):
+        return output, raw_out, []  # plain JSON data, surely within the limit: as it is
     encoded = encode_json(output)
     if encoded.error is not None:
         raise ToolOutputError(f"the output cannot be kept: {encoded.error}")
