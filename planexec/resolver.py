@@ -551,16 +551,29 @@ def _adapter(schema: type[BaseModel], name: str) -> TypeAdapter[Any] | None:
 _ANY: Any = object()
 """`_plain_field`'s answer for a field typed ``Any``."""
 
-_AS_IS_TYPES = (str, int, float, bool)
+
+
+_AS_IS: dict[Any, type] = {
+    str: str,
+    int: int,
+    float: float,
+    bool: bool,
+    list: list,
+    list[Any]: list,
+    dict: dict,
+    dict[str, Any]: dict,
+}
+"""Field types (annotations) a value of the exact type fits as it is: plain JSON data
+(`planexec.results.plain_json_size`) for the containers."""
 
 
 @lru_cache(maxsize=1024)
 def _plain_field(schema: type[BaseModel], name: str) -> Any:
     """The exact types one field of an args schema takes *as they are*, if plain.
 
-    `_ANY` for ``Any``; ``(T,)`` for ``T`` and ``(T, NoneType)`` for ``T | None`` where
-    ``T`` is ``str``, ``int``, ``float`` or ``bool``; None for every other field
-    (constraints, models, containers...): `_coerce` decides for those.
+    `_ANY` for ``Any``; ``(T,)`` for a type of `_AS_IS` and ``(T, NoneType)`` for its
+    optional form; None for every other field (constraints, models, unions...):
+    `_coerce` decides for those.
     """
     info = schema.model_fields.get(name)
     if info is None or info.metadata:
@@ -568,14 +581,14 @@ def _plain_field(schema: type[BaseModel], name: str) -> Any:
     annotation: Any = info.annotation
     if annotation is Any:
         return _ANY
-    if annotation in _AS_IS_TYPES:
-        return (annotation,)
+    if annotation in _AS_IS:
+        return (_AS_IS[annotation],)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         members = typing.get_args(annotation)
         if len(members) == 2 and type(None) in members:
             other = members[0] if members[1] is type(None) else members[1]
-            if other in _AS_IS_TYPES:
-                return (other, type(None))
+            if other in _AS_IS:
+                return (_AS_IS[other], type(None))
     return None
 
 
@@ -590,9 +603,13 @@ def _fits_as_is(schema: type[BaseModel], name: str, value: Any) -> bool:
     if kinds is _ANY:  # plain JSON data is its own jsonable form and JSON dump
         return plain_json_size(value) is not None
     kind = type(value)
+    if kind not in kinds:
+        return False
     if kind is float:
-        return float in kinds and math.isfinite(value)
-    return kind in kinds
+        return math.isfinite(value)
+    if kind is list or kind is dict:
+        return plain_json_size(value) is not None
+    return True
 
 
 def _fast_value(value: Any, results: Mapping[int, StepResult]) -> tuple[Any, ResolutionMethod]:
