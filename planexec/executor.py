@@ -639,9 +639,10 @@ class Executor:
 
     async def _finish(self, result: StepResult) -> None:
         self.results[result.step_id] = result
-        await self.bus.emit(
-            StepFinished(run_id=self.run_id, result=result, plan_version=self._plan_version)
-        )
+        if self.bus.listening:
+            await self.bus.emit(
+                StepFinished(run_id=self.run_id, result=result, plan_version=self._plan_version)
+            )
 
     async def _step_task(
         self,
@@ -753,14 +754,15 @@ class Executor:
         self._check_references(step, results, plan_ids)
         self._check_upstream(step, results)
 
-        await self.bus.emit(
-            StepStarted(
-                run_id=self.run_id,
-                step_id=step.id,
-                tool=step.tool,
-                plan_version=self._plan_version,
+        if self.bus.listening:  # no subscriber: no event to build
+            await self.bus.emit(
+                StepStarted(
+                    run_id=self.run_id,
+                    step_id=step.id,
+                    tool=step.tool,
+                    plan_version=self._plan_version,
+                )
             )
-        )
         if spec is None:
             if step.selects_tool:  # an agent or server but no tool: select, never reason
                 return await self._select(ctx, results, feedback)
@@ -1214,16 +1216,17 @@ class Executor:
                 ) from exc
             ctx.attempts += 1
             self.usage.tool_calls += 1
-            await self.bus.emit(
-                ToolCallStarted(
-                    run_id=self.run_id,
-                    step_id=step.id,
-                    tool=spec.name,
-                    args=args,
-                    attempt=ctx.attempts,
-                    plan_version=self._plan_version,
+            if self.bus.listening:
+                await self.bus.emit(
+                    ToolCallStarted(
+                        run_id=self.run_id,
+                        step_id=step.id,
+                        tool=spec.name,
+                        args=args,
+                        attempt=ctx.attempts,
+                        plan_version=self._plan_version,
+                    )
                 )
-            )
             try:
                 raw = await self._await_call(step, spec, args, timeout, ctx.validated)
             except asyncio.CancelledError:

@@ -1032,7 +1032,7 @@ class _Resolution:
                     f"the LLM fallback and {g.describe()} in the referenced outputs (policy "
                     "'warn': kept, the step is flagged)",
                 )
-        if self.bus is not None:
+        if self.bus is not None and self.bus.listening:
             for name, method in methods.items():
                 await self.bus.emit(
                     ArgResolved(
