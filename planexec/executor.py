@@ -1125,12 +1125,15 @@ class Executor:
             )
         else:
             call = asyncio.ensure_future(self.runner.call(spec, args))
-        if timeout is None:  # the cheapest wait that can stop waiting: a shield
+        if timeout is None:  # the cheapest wait that can stop waiting: a future of our own
+            waiter = asyncio.get_running_loop().create_future()
+            call.add_done_callback(functools.partial(_wake, waiter))
             try:
-                return await asyncio.shield(call)
+                await waiter
             except asyncio.CancelledError:
                 self._abandon(call, step, spec)  # nothing to do if the call itself ended so
                 raise
+            return call.result()
         try:
             done, _ = await asyncio.wait({call}, timeout=timeout)
         except asyncio.CancelledError:
@@ -1351,6 +1354,11 @@ def _non_finite(value: Any) -> str | None:
         elif isinstance(item, list | tuple):
             stack.extend(item)
     return None
+
+
+def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
+    if not waiter.done():  # not cancelled meanwhile
+        waiter.set_result(None)
 
 
 def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:
