@@ -11,8 +11,10 @@ servers is allowed; looking it up without the server is then an error that lists
 candidates (`AmbiguousToolError`).
 
 The module also holds the helpers the executor uses around a call: `invoke_tool`
-(a tool without an async implementation runs in a daemon thread of its own, so that a
-call that never returns can be abandoned), `normalize_output` (step outputs keep their
+(a plain `StructuredTool` is called directly when no callback would see the call:
+`direct_call`, `callbacks_around`; a tool without an async implementation runs in a
+daemon thread of its own, so that a call that never returns can be abandoned),
+`normalize_output` (step outputs keep their
 structure), `check_output` (size, cycles, depth, what JSON cannot keep) and
 `error_payload`.
 """
@@ -51,12 +53,15 @@ from planexec.results import MAX_JSON_DEPTH, encode_json, plain_json_size
 
 __all__ = [
     "AmbiguousToolError",
+    "DirectCall",
     "ToolCallError",
     "ToolCatalog",
     "ToolHints",
     "ToolOutputError",
     "ToolSpec",
+    "callbacks_around",
     "check_output",
+    "direct_call",
     "error_payload",
     "invoke_tool",
     "load_tools",
