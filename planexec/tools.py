@@ -14,9 +14,8 @@ The module also holds the helpers the executor uses around a call: `invoke_tool`
 (a plain `StructuredTool` is called directly when no callback would see the call:
 `direct_call`, `callbacks_around`; a tool without an async implementation runs in a
 daemon thread of its own, so that a call that never returns can be abandoned),
-`normalize_output` (step outputs keep their
-structure), `check_output` (size, cycles, depth, what JSON cannot keep) and
-`error_payload`.
+`normalize_output` (step outputs keep their structure), `check_output` (size, cycles,
+depth, what JSON cannot keep) and `error_payload`.
 """
 
 from __future__ import annotations
