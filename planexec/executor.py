@@ -73,7 +73,7 @@ from planexec.events import (
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Plan, Ref, Step, Template
-from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
+from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
 from planexec.results import (
     ResolutionMethod,
@@ -254,6 +254,11 @@ def _short(value: Any, limit: int = 200) -> str:
 
 def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
     """The first reference or placeholder-looking string left in a value, if any."""
+    kind = type(value)  # exact types first: plain data is most of what is checked
+    if kind is int or kind is float or kind is bool or value is None:
+        return None
+    if kind is str:
+        return value if contains_placeholder(value, dialect=dialect) else None
     if isinstance(value, Ref | Template):
         return value
     if isinstance(value, Mapping):
@@ -397,6 +402,8 @@ class Executor:
         self._detached: set[asyncio.Future[Any]] = set()
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
+        self._settings: dict[tuple[str | None, str], Any] = {}
+        """`_tool_settings` by tool; per run."""
 
     # ------------------------------------------------------------------ public API
 
@@ -449,6 +456,7 @@ class Executor:
     ) -> list[StepResult]:
         """Run a plan; see `_run` (traced as one round of the plan attempt when traced)."""
         self._slots = {}  # semaphores belong to the running loop: new ones per run
+        self._settings = {}  # the configuration may have changed since the last run
         if self.trace is None:
             return await self._run(plan, prior=prior, feedback=feedback, plan_version=plan_version)
         await self.trace.start_attempt(plan_version, len(plan.steps))
@@ -1054,6 +1062,25 @@ class Executor:
             )
         return self._result(ctx, StepStatus.SUCCEEDED, None, None, output=answer, raw_output=answer)
 
+    def _tool_settings(
+        self, spec: ToolSpec
+    ) -> tuple[CircuitBreaker, float | None, int | None, RetryPolicy, asyncio.Semaphore | None]:
+        """A tool's breaker, call timeout, output limit, retry policy and call slots.
+
+        Looked up once per tool and run (the configuration does not change in a run).
+        """
+        key = (spec.server, spec.name)
+        found = self._settings.get(key)
+        if found is None:
+            found = self._settings[key] = (
+                self.breakers.tool(spec.server, spec.name),
+                self.config.timeout_for(spec),
+                self.config.output_limit_for(spec),
+                self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY,
+                self._tool_slots(spec),
+            )
+        return found
+
     def _tool_slots(self, spec: ToolSpec) -> asyncio.Semaphore | None:
         """The semaphore bounding a tool's concurrent calls, if it has a limit."""
         limit = self.config.concurrency_for(spec)
@@ -1189,11 +1216,7 @@ class Executor:
         step = ctx.step
         self._check_finite(ctx, args)
         ctx.args = args
-        breaker = self.breakers.tool(spec.server, spec.name)
-        timeout = self.config.timeout_for(spec)
-        output_limit = self.config.output_limit_for(spec)
-        policy = self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY
-        slots = self._tool_slots(spec)
+        breaker, timeout, output_limit, policy, slots = self._tool_settings(spec)
         empties = 0
         warnings: list[str] = []
 
@@ -1346,7 +1369,14 @@ def _non_finite(value: Any) -> str | None:
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
+        kind = type(item)  # exact types first: plain data is most of what is checked
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif isinstance(item, float):
             if not math.isfinite(item):
                 return repr(item)
         elif isinstance(item, Mapping):
