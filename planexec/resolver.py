@@ -766,8 +766,50 @@ class ArgResolver:
         Returns:
             The resolved arguments, or why they could not be resolved.
         """
+        if feedback is None and spec is not None:
+            quick = _quick_resolution(step, spec, results)
+            if quick is not None:
+                if bus is not None and bus.listening:
+                    for name, method in quick.methods.items():
+                        await bus.emit(
+                            ArgResolved(run_id=run_id, step_id=step.id, arg=name, method=method)
+                        )
+                return quick
         run = _Resolution(self, step, spec, results, feedback, run_id, bus)
         return await run.resolve()
+
+
+def _quick_resolution(
+    step: Step, spec: ToolSpec, results: Mapping[int, StepResult]
+) -> ResolvedArgs | None:
+    """The resolution of a step whose arguments are all on the fast path, else None.
+
+    Every argument a literal scalar or a whole-value reference (with or without a path)
+    to a step that succeeded, fitting its field as it is, and all of them valid for the
+    tool: what `_Resolution.resolve` gives for such a step, without its machinery
+    (nothing to warn about, no filter, no fallback, no grounding). Anything else (None)
+    takes the full resolution, which also words every failure.
+    """
+    if not step.args_valid or step.positional:
+        return None
+    values: dict[str, Any] = {}
+    methods: dict[str, ResolutionMethod] = {}
+    schema = spec.args_schema
+    for name, value in step.args.items():
+        if type(value) is Ref:
+            upstream = results.get(value.step)
+            if upstream is None or upstream.status is not StepStatus.SUCCEEDED:
+                return None
+        resolved, method = _fast_value(value, results)
+        if resolved is _MISSING or not _fits_as_is(schema, name, resolved):
+            return None
+        values[name] = resolved
+        methods[name] = method
+    try:
+        validated = spec.parse(values)
+    except ValidationError:
+        return None  # the full resolution says which arguments and why
+    return ResolvedArgs(args=values, methods=methods, validated=validated)
 
 
 class _Resolution:
