@@ -919,7 +919,9 @@ class Executor:
     def _check_invariant(
         self, step: Step, args: Mapping[str, Any], spec: ToolSpec | None = None
     ) -> None:
-        written = dict(zip(spec.arg_names, step.positional, strict=False)) if spec else {}
+        written: dict[str, Any] = {}
+        if spec is not None and step.positional:
+            written.update(zip(spec.arg_names, step.positional, strict=False))
         written.update(step.args)  # each argument as the plan wrote it
         props = spec.json_schema.get("properties", {}) if spec else {}
         for name, value in args.items():
