@@ -16,7 +16,8 @@ YAML file::
     sequence_limits = [ { pattern = ["search", "fetch"], max_repeats = 3 } ]
 
     [executor]
-    max_concurrency = 4
+    max_concurrency = 64
+    tool_concurrency = { render = 2 }
     tool_timeouts = { history = 10.0 }
     run_timeout = 600.0
     max_output_chars = 1000000
@@ -100,8 +101,18 @@ def _retry_policy(attempts: int, base_delay: float, max_delay: float, jitter: fl
 class ExecutorSettings(_Settings):
     """How steps are run."""
 
-    max_concurrency: int = Field(default=8, ge=1)
-    """Steps run at the same time, at most."""
+    max_concurrency: int = Field(default=1024, ge=1)
+    """Steps run at the same time, at most.
+
+    High by default: tools are mostly I/O-bound (HTTP, MCP, databases) and a waiting
+    step costs little, so every ready step starts (a fan-out of 1,000 steps runs in one
+    wave). Bound the heavy tools with ``tool_concurrency``, or lower this for all.
+    """
+    tool_concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    """Calls of one tool running at the same time, at most, by tool name or qualified
+    ``server.name`` (e.g. ``{ render = 2 }`` for a CPU-heavy or rate-limited tool).
+    A step whose tool is at its limit waits for a slot before its call (its call
+    timeout starts with the call); the other steps go on."""
     step_timeout: float | None = Field(default=None, gt=0)
     """Seconds a whole step may take (resolution, calls and retries); None for no limit."""
     tool_timeout: float | None = Field(default=None, gt=0)
@@ -158,6 +169,16 @@ class ExecutorSettings(_Settings):
             if key in self.tool_timeouts:
                 return self.tool_timeouts[key]
         return self.tool_timeout
+
+    def concurrency_for(self, spec: ToolSpec) -> int | None:
+        """The concurrency limit of a tool's calls (None: only ``max_concurrency``).
+
+        ``tool_concurrency`` by qualified name (``server.name``), then by name.
+        """
+        for key in (spec.qualified_name, spec.name):
+            if key in self.tool_concurrency:
+                return self.tool_concurrency[key]
+        return None
 
     def output_limit_for(self, spec: ToolSpec) -> int | None:
         """The output limit of a tool, in characters.

@@ -214,6 +214,11 @@ class EventBus:
     def __init__(self, handlers: list[EventHandler] | None = None) -> None:
         self._handlers: list[EventHandler] = list(handlers or [])
 
+    @property
+    def listening(self) -> bool:
+        """Whether anyone subscribes: producers need not build events nobody gets."""
+        return bool(self._handlers)
+
     def subscribe(self, handler: EventHandler) -> None:
         """Add a subscriber."""
         self._handlers.append(handler)

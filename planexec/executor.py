@@ -1,6 +1,8 @@
 """The executor: runs a checked `Plan` as a DAG of steps on asyncio.
 
-Every step whose dependencies are done starts at once, up to ``max_concurrency``.
+Every step whose dependencies are done starts at once, up to ``max_concurrency``
+(1,024 by default), and a tool named in ``tool_concurrency`` has at most that many
+calls running (its other steps wait for a slot).
 For each step, in order:
 
 1. its own defects: unreadable ``#Args`` (``ARGS_SYNTAX``), an unknown tool
@@ -75,8 +77,8 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
-from planexec.plan import Plan, Ref, Step, Template, iter_refs
-from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
+from planexec.plan import Plan, Ref, Step, Template
+from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
 from planexec.results import (
     ResolutionMethod,
@@ -97,6 +99,8 @@ from planexec.tools import (
 )
 
 if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tracing
+    from pydantic import BaseModel
+
     from planexec.tracing import RunnableConfig, RunTrace
 
 __all__ = [
@@ -137,10 +141,19 @@ class LocalToolRunner:
     """
 
     async def call(
-        self, spec: ToolSpec, args: dict[str, Any], config: RunnableConfig | None = None
+        self,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        config: RunnableConfig | None = None,
+        *,
+        validated: BaseModel | None = None,
     ) -> Any:
-        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given)."""
-        return await invoke_tool(spec, args, config)
+        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given).
+
+        ``validated``: the arguments as the resolver validated them (not validated
+        again on the direct path).
+        """
+        return await invoke_tool(spec, args, config, validated=validated)
 
 
 @runtime_checkable
@@ -262,20 +275,13 @@ def _short(value: Any, limit: int = 200) -> str:
     return _cut(_as_text(value), limit)
 
 
-def _arg_of_ref(step: Step) -> dict[int, str]:
-    """For each referenced step id, the first argument (name) that refers to it."""
-    where: dict[int, str] = {}
-    for name, value in step.args.items():
-        for ref in iter_refs(value):
-            where.setdefault(ref.step, name)
-    for i, value in enumerate(step.positional):
-        for ref in iter_refs(value):
-            where.setdefault(ref.step, f"positional argument {i + 1}")
-    return where
-
-
 def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
     """The first reference or placeholder-looking string left in a value, if any."""
+    kind = type(value)  # exact types first: plain data is most of what is checked
+    if kind is int or kind is float or kind is bool or value is None:
+        return None
+    if kind is str:
+        return value if contains_placeholder(value, dialect=dialect) else None
     if isinstance(value, Ref | Template):
         return value
     if isinstance(value, Mapping):
@@ -315,6 +321,8 @@ class _Ctx:
     tool: str | None = None
     note: str | None = None
     """A remark put on the step's result whatever its end (e.g. the tool selected)."""
+    validated: tuple[dict[str, Any], BaseModel] | None = None
+    """The resolved arguments and their validated model (for those arguments only)."""
 
 
 class Executor:
@@ -420,6 +428,10 @@ class Executor:
         self._cancel_reason: str | None = None
         self._last_cancel_reason: str | None = None
         self._detached: set[asyncio.Future[Any]] = set()
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
+        self._settings: dict[tuple[str | None, str], Any] = {}
+        """`_tool_settings` by tool; per run."""
 
     # ------------------------------------------------------------------ public API
 
@@ -471,6 +483,8 @@ class Executor:
         plan_version: int = 1,
     ) -> list[StepResult]:
         """Run a plan; see `_run` (traced as one round of the plan attempt when traced)."""
+        self._slots = {}  # semaphores belong to the running loop: new ones per run
+        self._settings = {}  # the configuration may have changed since the last run
         if self.trace is None:
             return await self._run(plan, prior=prior, feedback=feedback, plan_version=plan_version)
         await self.trace.start_attempt(plan_version, len(plan.steps))
@@ -547,7 +561,7 @@ class Executor:
         waiting: dict[int, int] = {}
         dependents: dict[int, list[int]] = {sid: [] for sid in pending_ids}
         for s in to_run:
-            deps = {d for d in _deps(s) if d in pending_ids}
+            deps = {d for d in s.deps if d in pending_ids}
             waiting[s.id] = len(deps)
             for d in deps:
                 dependents[d].append(s.id)
@@ -615,10 +629,10 @@ class Executor:
     async def _fail_cycle(self, stuck: list[Step], order: list[int]) -> None:
         stuck_ids = {s.id for s in stuck}
         for s in stuck:
-            where = _arg_of_ref(s)
+            where = s.ref_args
             waits = ", ".join(
                 f"step {d}" + (f" (argument {where[d]!r})" if d in where else "")
-                for d in sorted(_deps(s) & stuck_ids)
+                for d in sorted(s.deps & stuck_ids)
             )
             msg = (
                 f"step {s.id}: cannot run: it waits on {waits}, and steps "
@@ -666,9 +680,10 @@ class Executor:
 
     async def _finish(self, result: StepResult) -> None:
         self.results[result.step_id] = result
-        await self.bus.emit(
-            StepFinished(run_id=self.run_id, result=result, plan_version=self._plan_version)
-        )
+        if self.bus.listening:
+            await self.bus.emit(
+                StepFinished(run_id=self.run_id, result=result, plan_version=self._plan_version)
+            )
 
     async def _step_task(
         self,
@@ -682,8 +697,11 @@ class Executor:
         if self.trace is not None:
             await self.trace.start_step(step.id, step.tool)
         try:
-            async with asyncio.timeout(self.config.step_timeout):
+            if self.config.step_timeout is None:  # no timeout context to enter and leave
                 result = await self._execute(ctx, results, feedback, plan_ids)
+            else:
+                async with asyncio.timeout(self.config.step_timeout):
+                    result = await self._execute(ctx, results, feedback, plan_ids)
         except _StepFailed as failed:
             result = self._result(ctx, failed.status, failed.kind, failed.message, **failed.fields)
         except TimeoutError:
@@ -691,6 +709,10 @@ class Executor:
                 "resolving": (ErrorKind.RESOLUTION_FAILED, "while resolving its arguments"),
                 "reasoning": (ErrorKind.MODEL_ERROR, "while its model was reasoning"),
                 "selecting": (ErrorKind.MODEL_ERROR, "while its model was selecting a tool"),
+                "approval": (
+                    ErrorKind.LIMIT_EXCEEDED,
+                    "while waiting for its approval; the tool was not called",
+                ),
             }.get(ctx.phase, (ErrorKind.TOOL_TIMEOUT, f"while calling tool {step.tool!r}"))
             limit = self.config.step_timeout
             why = f"step timeout of {limit}s exceeded" if limit is not None else "timed out"
@@ -777,14 +799,15 @@ class Executor:
         self._check_references(step, results, plan_ids)
         self._check_upstream(step, results)
 
-        await self.bus.emit(
-            StepStarted(
-                run_id=self.run_id,
-                step_id=step.id,
-                tool=step.tool,
-                plan_version=self._plan_version,
+        if self.bus.listening:  # no subscriber: no event to build
+            await self.bus.emit(
+                StepStarted(
+                    run_id=self.run_id,
+                    step_id=step.id,
+                    tool=step.tool,
+                    plan_version=self._plan_version,
+                )
             )
-        )
         if spec is None:
             if step.selects_tool:  # an agent or server but no tool: select, never reason
                 return await self._select(ctx, results, feedback)
@@ -809,6 +832,8 @@ class Executor:
                 StepStatus.FAILED, resolved.kind, named, failure=resolved.to_error(named)
             )
         args = dict(resolved.args)
+        if resolved.validated is not None:
+            ctx.validated = (args, resolved.validated)
         ctx.phase = "calling"
         self._check_invariant(step, args, spec)
         if self.approvals is not None:
@@ -880,7 +905,7 @@ class Executor:
     ) -> None:
         for ref in step.refs:
             if ref.step not in plan_ids and ref.step not in results:
-                arg = _arg_of_ref(step).get(ref.step)
+                arg = step.ref_args.get(ref.step)
                 message = (
                     f"step {step.id}: argument {arg or '?'!r} refers to step {ref.step} "
                     f"({ref.raw or ref.canonical}), which is not in the plan; "
@@ -903,11 +928,11 @@ class Executor:
                 )
 
     def _check_upstream(self, step: Step, results: Mapping[int, StepResult]) -> None:
-        for dep in sorted(_deps(step)):
+        for dep in sorted(step.deps):
             r = results.get(dep)
             if r is None or r.status is StepStatus.SUCCEEDED:
                 continue
-            where = _arg_of_ref(step)
+            where = step.ref_args
             referenced = dep in where
             if r.status in _BLOCKING or (referenced and r.status is StepStatus.SKIPPED):
                 how = f"argument {where[dep]!r} refers to" if referenced else "depends on"
@@ -933,7 +958,9 @@ class Executor:
     def _check_invariant(
         self, step: Step, args: Mapping[str, Any], spec: ToolSpec | None = None
     ) -> None:
-        written = dict(zip(spec.arg_names, step.positional, strict=False)) if spec else {}
+        written: dict[str, Any] = {}
+        if spec is not None and step.positional:
+            written.update(zip(spec.arg_names, step.positional, strict=False))
         written.update(step.args)  # each argument as the plan wrote it
         props = spec.json_schema.get("properties", {}) if spec else {}
         for name, value in args.items():
@@ -989,7 +1016,7 @@ class Executor:
             )
         inputs = {
             d: results[d]
-            for d in _deps(step)
+            for d in step.deps
             if d in results and results[d].status is StepStatus.SUCCEEDED
         }
         ctx.phase = "selecting"
@@ -1093,7 +1120,7 @@ class Executor:
             return self._result(ctx, StepStatus.SKIPPED, None, None, note=message)
         inputs = {
             d: results[d]
-            for d in _deps(step)
+            for d in step.deps
             if d in results and results[d].status is StepStatus.SUCCEEDED
         }
         ctx.phase = "reasoning"
@@ -1115,6 +1142,35 @@ class Executor:
                 f"step {step.id}: the reasoning model gave an empty answer",
             )
         return self._result(ctx, StepStatus.SUCCEEDED, None, None, output=answer, raw_output=answer)
+
+    def _tool_settings(
+        self, spec: ToolSpec
+    ) -> tuple[CircuitBreaker, float | None, int | None, RetryPolicy, asyncio.Semaphore | None]:
+        """A tool's breaker, call timeout, output limit, retry policy and call slots.
+
+        Looked up once per tool and run (the configuration does not change in a run).
+        """
+        key = (spec.server, spec.name)
+        found = self._settings.get(key)
+        if found is None:
+            found = self._settings[key] = (
+                self.breakers.tool(spec.server, spec.name),
+                self.config.timeout_for(spec),
+                self.config.output_limit_for(spec),
+                self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY,
+                self._tool_slots(spec),
+            )
+        return found
+
+    def _tool_slots(self, spec: ToolSpec) -> asyncio.Semaphore | None:
+        """The semaphore bounding a tool's concurrent calls, if it has a limit."""
+        limit = self.config.concurrency_for(spec)
+        if limit is None:
+            return None
+        slots = self._slots.get(spec.qualified_name)
+        if slots is None:
+            slots = self._slots[spec.qualified_name] = asyncio.Semaphore(limit)
+        return slots
 
     def _retryable(self, spec: ToolSpec) -> bool:
         if spec.hints.destructive:
@@ -1151,7 +1207,12 @@ class Executor:
             )
 
     async def _await_call(
-        self, step: Step, spec: ToolSpec, args: dict[str, Any], timeout: float | None
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        timeout: float | None,
+        validated: tuple[dict[str, Any], BaseModel] | None = None,
     ) -> Any:
         """Make one tool call in a task of its own; wait for it at most ``timeout`` seconds.
 
@@ -1163,11 +1224,24 @@ class Executor:
                 whether the tool was left running.
             asyncio.CancelledError: the step was cancelled.
         """
-        if self.trace is not None and type(self.runner) is LocalToolRunner:
-            config = self.trace.tool_config(step.id, spec.name)
-            call = asyncio.ensure_future(self.runner.call(spec, args, config=config))
+        if type(self.runner) is LocalToolRunner:
+            config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
+            # the resolver's validation, when it is of these very arguments
+            model = validated[1] if validated is not None and validated[0] is args else None
+            call = asyncio.ensure_future(
+                self.runner.call(spec, args, config=config, validated=model)
+            )
         else:
             call = asyncio.ensure_future(self.runner.call(spec, args))
+        if timeout is None:  # the cheapest wait that can stop waiting: a future of our own
+            waiter = asyncio.get_running_loop().create_future()
+            call.add_done_callback(functools.partial(_wake, waiter))
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._abandon(call, step, spec)  # nothing to do if the call itself ended so
+                raise
+            return call.result()
         try:
             done, _ = await asyncio.wait({call}, timeout=timeout)
         except asyncio.CancelledError:
@@ -1223,10 +1297,7 @@ class Executor:
         step = ctx.step
         self._check_finite(ctx, args)
         ctx.args = args
-        breaker = self.breakers.tool(spec.server, spec.name)
-        timeout = self.config.timeout_for(spec)
-        output_limit = self.config.output_limit_for(spec)
-        policy = self.config.tool_retry.policy() if self._retryable(spec) else _NO_RETRY
+        breaker, timeout, output_limit, policy, slots = self._tool_settings(spec)
         empties = 0
         warnings: list[str] = []
 
@@ -1234,6 +1305,12 @@ class Executor:
             return _short(args)
 
         async def attempt() -> tuple[Any, Any]:
+            if slots is None:
+                return await attempt_call()
+            async with slots:  # the tool is at its limit: wait for a call to end
+                return await attempt_call()
+
+        async def attempt_call() -> tuple[Any, Any]:
             nonlocal empties
             try:
                 breaker.before_call()
@@ -1246,19 +1323,20 @@ class Executor:
                 ) from exc
             ctx.attempts += 1
             self.usage.tool_calls += 1
-            await self.bus.emit(
-                ToolCallStarted(
-                    run_id=self.run_id,
-                    step_id=step.id,
-                    tool=spec.name,
-                    args=args,
-                    attempt=ctx.attempts,
-                    plan_version=self._plan_version,
-                    safe=spec.hints.safe,
+            if self.bus.listening:
+                await self.bus.emit(
+                    ToolCallStarted(
+                        run_id=self.run_id,
+                        step_id=step.id,
+                        tool=spec.name,
+                        args=args,
+                        attempt=ctx.attempts,
+                        plan_version=self._plan_version,
+                        safe=spec.hints.safe,
+                    )
                 )
-            )
             try:
-                raw = await self._await_call(step, spec, args, timeout)
+                raw = await self._await_call(step, spec, args, timeout, ctx.validated)
             except asyncio.CancelledError:
                 breaker.release()
                 raise
@@ -1373,7 +1451,14 @@ def _non_finite(value: Any) -> str | None:
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
+        kind = type(item)  # exact types first: plain data is most of what is checked
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif isinstance(item, float):
             if not math.isfinite(item):
                 return repr(item)
         elif isinstance(item, Mapping):
@@ -1395,19 +1480,19 @@ def _held(steps: list[Step], results: Mapping[int, StepResult]) -> set[int]:
     while grew:
         grew = False
         for s in steps:
-            if s.id not in results and s.id not in held and _deps(s) & (blocked | held):
+            if s.id not in results and s.id not in held and s.deps & (blocked | held):
                 held.add(s.id)
                 grew = True
     return held
 
 
+def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
+    if not waiter.done():  # not cancelled meanwhile
+        waiter.set_result(None)
+
+
 def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:
     queue.put_nowait(sid)
-
-
-def _deps(step: Step) -> set[int]:
-    deps = set(step.depends_on) | set(step.explicit_deps) | {r.step for r in step.refs}
-    return deps
 
 
 def _named(step_id: int, message: str) -> str:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, TypeAlias
 
 __all__ = [
@@ -247,10 +248,34 @@ class Step:
         """
         return self.tool is None and self.server is not None and not self.no_tool
 
-    @property
+    # A step is a value: what it knows of its own arguments is computed once, on first
+    # use (`functools.cached_property` stores it in the instance's ``__dict__``, beside
+    # the fields; ``replace`` makes a new step, which computes its own).
+
+    @cached_property
     def refs(self) -> tuple[Ref, ...]:
         """Every reference in the step's arguments (keyword and positional)."""
         return tuple(iter_refs(self.args)) + tuple(iter_refs(list(self.positional)))
+
+    @cached_property
+    def deps(self) -> frozenset[int]:
+        """Every step this one waits for: ``depends_on`` ∪ ``explicit_deps`` ∪ referenced."""
+        return frozenset(self.depends_on).union(self.explicit_deps, (r.step for r in self.refs))
+
+    @cached_property
+    def ref_args(self) -> Mapping[int, str]:
+        """For each referenced step id, the first argument that refers to it.
+
+        Keyword arguments by name, positional ones as ``positional argument N``.
+        """
+        where: dict[int, str] = {}
+        for name, value in self.args.items():
+            for ref in iter_refs(value):
+                where.setdefault(ref.step, name)
+        for i, value in enumerate(self.positional):
+            for ref in iter_refs(value):
+                where.setdefault(ref.step, f"positional argument {i + 1}")
+        return where
 
     def to_dict(self) -> dict[str, Any]:
         """Return the step as JSON-ready data (the ``parse --json`` shape)."""

@@ -47,7 +47,10 @@ and a message for people naming the step, the argument and the cause.
 from __future__ import annotations
 
 import json
+import math
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -68,7 +71,14 @@ from planexec.grounding import Grounding, HintLiteral, OutputIndex
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
 from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
-from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
+from planexec.results import (
+    ResolutionMethod,
+    StepError,
+    StepResult,
+    StepStatus,
+    jsonable,
+    plain_json_size,
+)
 from planexec.tools import ToolSpec
 
 __all__ = [
@@ -112,6 +122,9 @@ class ResolvedArgs:
     """Model calls made by the fallback for this step (0, 1 or 2)."""
     grounding: dict[str, Grounding] = field(default_factory=dict)
     """Where each argument filled by the filter tier or the fallback comes from."""
+    validated: BaseModel | None = field(default=None, compare=False, repr=False)
+    """``args`` validated by the tool's schema (`planexec.tools.ToolSpec.parse`), for
+    the call (not validated again); None for a reasoning step."""
 
 
 @dataclass(frozen=True)
@@ -492,6 +505,11 @@ def _resolve_value(
     return value, ResolutionMethod.LITERAL
 
 
+def _ref_texts(value: Any) -> tuple[str, ...]:
+    """The references in a value, as written."""
+    return tuple(r.raw or r.canonical for r in iter_refs(value))
+
+
 def _is_literal(value: Any) -> bool:
     """Whether a plan value is a literal: no reference and no placeholder-looking text."""
     if isinstance(value, Ref | Template):
@@ -530,6 +548,98 @@ def _adapter(schema: type[BaseModel], name: str) -> TypeAdapter[Any] | None:
         return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
     except PydanticUserError:
         return TypeAdapter(annotation)
+
+
+_ANY: Any = object()
+"""`_plain_field`'s answer for a field typed ``Any``."""
+
+
+
+_AS_IS: dict[Any, type] = {
+    str: str,
+    int: int,
+    float: float,
+    bool: bool,
+    list: list,
+    list[Any]: list,
+    dict: dict,
+    dict[str, Any]: dict,
+}
+"""Field types (annotations) a value of the exact type fits as it is: plain JSON data
+(`planexec.results.plain_json_size`) for the containers."""
+
+
+@lru_cache(maxsize=1024)
+def _plain_field(schema: type[BaseModel], name: str) -> Any:
+    """The exact types one field of an args schema takes *as they are*, if plain.
+
+    `_ANY` for ``Any``; ``(T,)`` for a type of `_AS_IS` and ``(T, NoneType)`` for its
+    optional form; None for every other field (constraints, models, unions...):
+    `_coerce` decides for those.
+    """
+    info = schema.model_fields.get(name)
+    if info is None or info.metadata:
+        return None
+    annotation: Any = info.annotation
+    if annotation is Any:
+        return _ANY
+    if annotation in _AS_IS:
+        return (_AS_IS[annotation],)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+        if len(members) == 2 and type(None) in members:
+            other = members[0] if members[1] is type(None) else members[1]
+            if other in _AS_IS:
+                return (_AS_IS[other], type(None))
+    return None
+
+
+def _fits_as_is(schema: type[BaseModel], name: str, value: Any) -> bool:
+    """Whether `_coerce` would leave ``value`` unchanged, known without pydantic.
+
+    False means "not known": the caller takes the general path.
+    """
+    kinds = _plain_field(schema, name)
+    if kinds is None:
+        return False
+    if kinds is _ANY:  # plain JSON data is its own jsonable form and JSON dump
+        return plain_json_size(value) is not None
+    kind = type(value)
+    if kind not in kinds:
+        return False
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list or kind is dict:
+        return plain_json_size(value) is not None
+    return True
+
+
+def _fast_value(value: Any, results: Mapping[int, StepResult]) -> tuple[Any, ResolutionMethod]:
+    """Resolve a literal scalar or a whole-value reference, the common cases, cheaply.
+
+    Gives what `_resolve_value` gives for them, or `_MISSING` (as the value) when the
+    value needs the general path: a container, a template, a hinted reference, a path
+    that does not exist (the filter tier and the fallback are there), placeholder-
+    looking text.
+    """
+    kind = type(value)
+    if kind is Ref:
+        if value.hint is not None:
+            return _MISSING, ResolutionMethod.LITERAL
+        output = results[value.step].output
+        if not value.path:
+            return output, ResolutionMethod.REFERENCE
+        try:
+            return follow_path(output, value.path), ResolutionMethod.PATH
+        except LookupError:
+            return _MISSING, ResolutionMethod.LITERAL
+    if kind is str:
+        if contains_placeholder(value):
+            return _MISSING, ResolutionMethod.LITERAL
+        return value, ResolutionMethod.LITERAL
+    if kind is int or kind is float or kind is bool or value is None:
+        return value, ResolutionMethod.LITERAL
+    return _MISSING, ResolutionMethod.LITERAL
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -659,8 +769,50 @@ class ArgResolver:
         Returns:
             The resolved arguments, or why they could not be resolved.
         """
+        if feedback is None and spec is not None:
+            quick = _quick_resolution(step, spec, results)
+            if quick is not None:
+                if bus is not None and bus.listening:
+                    for name, method in quick.methods.items():
+                        await bus.emit(
+                            ArgResolved(run_id=run_id, step_id=step.id, arg=name, method=method)
+                        )
+                return quick
         run = _Resolution(self, step, spec, results, feedback, run_id, bus)
         return await run.resolve()
+
+
+def _quick_resolution(
+    step: Step, spec: ToolSpec, results: Mapping[int, StepResult]
+) -> ResolvedArgs | None:
+    """The resolution of a step whose arguments are all on the fast path, else None.
+
+    Every argument a literal scalar or a whole-value reference (with or without a path)
+    to a step that succeeded, fitting its field as it is, and all of them valid for the
+    tool: what `_Resolution.resolve` gives for such a step, without its machinery
+    (nothing to warn about, no filter, no fallback, no grounding). Anything else (None)
+    takes the full resolution, which also words every failure.
+    """
+    if not step.args_valid or step.positional:
+        return None
+    values: dict[str, Any] = {}
+    methods: dict[str, ResolutionMethod] = {}
+    schema = spec.args_schema
+    for name, value in step.args.items():
+        if type(value) is Ref:
+            upstream = results.get(value.step)
+            if upstream is None or upstream.status is not StepStatus.SUCCEEDED:
+                return None
+        resolved, method = _fast_value(value, results)
+        if resolved is _MISSING or not _fits_as_is(schema, name, resolved):
+            return None
+        values[name] = resolved
+        methods[name] = method
+    try:
+        validated = spec.parse(values)
+    except ValidationError:
+        return None  # the full resolution says which arguments and why
+    return ResolvedArgs(args=values, methods=methods, validated=validated)
 
 
 class _Resolution:
@@ -691,7 +843,6 @@ class _Resolution:
         self.methods: dict[str, ResolutionMethod] = {}
         self.grounding: dict[str, Grounding] = {}
         self._index: OutputIndex | None = None
-        self.log = step_log(run_id, step.id)
 
     # -- helpers -------------------------------------------------------------------
 
@@ -725,7 +876,7 @@ class _Resolution:
         )
 
     async def warn(self, code: str, message: str) -> None:
-        self.log.warning(message)
+        step_log(self.run_id, self.step.id).warning(message)
         if self.bus is not None:
             await self.bus.emit(
                 FallbackUsed(run_id=self.run_id, step_id=self.step.id, code=code, message=message)
@@ -830,21 +981,28 @@ class _Resolution:
         needs: dict[str, _Need] = {}
         unfit: dict[str, str] = {}  # literals that do not fit their type: name → why
         for name, value in bound.items():
-            refs = tuple(r.raw or r.canonical for r in iter_refs(value))
-            notes: list[str] = []
-            found: list[_Found] = []
-            try:
-                resolved, method = _resolve_value(
-                    value, self.results, notes, found, self.resolver.tier
-                )
-            except _NeedsFallback as exc:
-                needs[name] = self.need(value, refs, exc.reason)
+            resolved, method = _fast_value(value, self.results)
+            if resolved is _MISSING:  # the general path: containers, templates, hints...
+                notes: list[str] = []
+                found: list[_Found] = []
+                try:
+                    resolved, method = _resolve_value(
+                        value, self.results, notes, found, self.resolver.tier
+                    )
+                except _NeedsFallback as exc:
+                    needs[name] = self.need(value, _ref_texts(value), exc.reason)
+                    continue
+                for note in notes:
+                    await self.warn(
+                        "ARG_INTERPOLATED_JSON", f"{self.where}: argument '{name}': {note}"
+                    )
+                if found:
+                    await self.filtered(name, value, found)
+            if spec is None or _fits_as_is(spec.args_schema, name, resolved):
+                values[name] = resolved  # nothing to coerce (what `_coerce` would find)
+                methods[name] = method
                 continue
-            for note in notes:
-                await self.warn("ARG_INTERPOLATED_JSON", f"{self.where}: argument '{name}': {note}")
-            if found:
-                await self.filtered(name, value, found)
-            adapter = _adapter(spec.args_schema, name) if spec is not None else None
+            adapter = _adapter(spec.args_schema, name)
             if adapter is not None:
                 try:
                     changed, fitted = _coerce(adapter, resolved)
@@ -856,7 +1014,7 @@ class _Resolution:
                     if method is ResolutionMethod.LITERAL:
                         unfit[name] = why
                     else:
-                        needs[name] = self.need(value, refs, why)
+                        needs[name] = self.need(value, _ref_texts(value), why)
                         self.grounding.pop(name, None)
                     continue
                 if changed:
@@ -886,8 +1044,7 @@ class _Resolution:
                 if value is _MISSING:
                     need = needs.setdefault(name, _Need(_MISSING, ()))
                 else:
-                    refs = tuple(r.raw or r.canonical for r in iter_refs(value))
-                    need = needs.setdefault(name, self.need(value, refs))
+                    need = needs.setdefault(name, self.need(value, _ref_texts(value)))
                 need.reasons.append("the previous value was rejected (see the feedback)")
                 values.pop(name, None)
                 methods.pop(name, None)
@@ -920,7 +1077,7 @@ class _Resolution:
                     f"the LLM fallback and {g.describe()} in the referenced outputs (policy "
                     "'warn': kept, the step is flagged)",
                 )
-        if self.bus is not None:
+        if self.bus is not None and self.bus.listening:
             for name, method in methods.items():
                 await self.bus.emit(
                     ArgResolved(
@@ -931,14 +1088,19 @@ class _Resolution:
                         grounding=self.grounding.get(name),
                     )
                 )
+        validated: BaseModel | None = None
         if spec is not None:
             try:
-                spec.validate(values)
+                validated = spec.parse(values)
             except ValidationError as exc:
                 return self.invalid(exc, bound)
         grounding = {n: self.grounding[n] for n in methods if n in self.grounding}
         return ResolvedArgs(
-            args=values, methods=methods, llm_calls=self.llm_calls, grounding=grounding
+            args=values,
+            methods=methods,
+            llm_calls=self.llm_calls,
+            grounding=grounding,
+            validated=validated,
         )
 
     def invalid(self, exc: ValidationError, bound: Mapping[str, Any]) -> ResolutionFailure:

@@ -34,6 +34,7 @@ __all__ = [
     "encode_json",
     "jsonable",
     "new_run_id",
+    "plain_json_size",
 ]
 
 
@@ -234,6 +235,58 @@ def encode_json(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> JsonEncoding:
     encoder = _Encoder(max_depth)
     data = encoder.encode(value, 0)
     return JsonEncoding(data, encoder.warnings, encoder.error)
+
+
+PLAIN_NODES = 10_000
+"""`plain_json_size` looks at no more nodes than this (larger values: None)."""
+
+_BIG_INT = 10**18
+
+
+def plain_json_size(value: Any, *, max_nodes: int = PLAIN_NODES) -> int | None:
+    """An upper bound on the compact JSON text length of *plain* JSON data, else None.
+
+    Plain: dicts (exactly ``dict``) with ``str`` keys, lists, ``str``, ``int`` (below
+    10¹⁸), finite ``float``, ``bool`` and None, exact types (no subclass, no enum),
+    nested less than `MAX_JSON_DEPTH` deep, at most ``max_nodes`` nodes. Such a value
+    is its own `encode_json` data, without warnings: callers skip the encoding (and
+    the exact size when the bound is under their limit). None means "not known
+    cheaply": take the general path.
+    """
+    size = 0
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        nodes += 1
+        if nodes > max_nodes:
+            return None
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is str:
+            size += 6 * len(item) + 3  # every character escaped at worst, quotes, comma
+        elif kind is int or kind is bool or item is None:
+            if kind is int and not -_BIG_INT < item < _BIG_INT:
+                return None
+            size += 21
+        elif kind is float:
+            if not math.isfinite(item):
+                return None
+            size += 26
+        elif kind is dict or kind is list:
+            if depth + 1 >= MAX_JSON_DEPTH:
+                return None
+            size += 3
+            if kind is dict:
+                for key, sub in item.items():
+                    if type(key) is not str:
+                        return None
+                    size += 6 * len(key) + 3
+                    stack.append((sub, depth + 1))
+            else:
+                stack.extend((sub, depth + 1) for sub in item)
+        else:
+            return None
+    return size
 
 
 def jsonable(value: Any) -> Any:

@@ -151,6 +151,37 @@ async def test_max_concurrency_bounds_the_steps_running_at_once() -> None:
     assert peak == 3
 
 
+async def test_tool_concurrency_bounds_one_tools_calls_and_not_the_others() -> None:
+    in_flight: dict[str, int] = {"heavy": 0, "light": 0}
+    peak: dict[str, int] = {"heavy": 0, "light": 0}
+
+    def counted(name: str) -> Any:
+        async def fn() -> str:
+            in_flight[name] += 1
+            peak[name] = max(peak[name], in_flight[name])
+            for _ in range(5):
+                await asyncio.sleep(0)
+            in_flight[name] -= 1
+            return "ok"
+
+        return fn
+
+    heavy = fake_tool("heavy", function=counted("heavy"))
+    light = fake_tool("light", function=counted("light"))
+    h = Harness([heavy, light], config=ExecutorSettings(tool_concurrency={"heavy": 2}))
+    steps = [mk(i, "heavy" if i % 2 else "light") for i in range(1, 21)]
+    res = await h.run(*steps)
+    assert len(res) == 20 and all(r.ok for r in res.values())
+    assert peak == {"heavy": 2, "light": 10}
+    # a second run gets slots of its own
+    assert all(r.ok for r in (await h.run(*steps)).values())
+
+
+def test_the_default_concurrency_starts_a_wide_fan_out_in_one_wave() -> None:
+    assert ExecutorSettings().max_concurrency >= 1000
+    assert ExecutorSettings().concurrency_for(ToolCatalog([fake_tool("t", 1)]).get("t")) is None
+
+
 async def test_step_finished_is_handled_by_subscribers_before_a_dependent_step_starts() -> None:
     log: list[str] = []
 

@@ -103,7 +103,7 @@ def register(subparsers: Any) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="steps run at once (overrides executor.max_concurrency; default 8)",
+        help="steps run at once (overrides executor.max_concurrency; default 1024)",
     )
     p.add_argument(
         "--timeout",

@@ -14,6 +14,7 @@ pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
+from planexec.config import ExecutorSettings  # noqa: E402
 from planexec.examples import example_path  # noqa: E402
 from planexec.examples.questions import DEMO_QUESTIONS  # noqa: E402
 from planexec.examples.tools import demo_tools  # noqa: E402
@@ -196,7 +197,7 @@ async def test_execute_plan_records_its_plan_and_config_and_runs_resume_continue
     assert recorded_plan["version"] == 1 and recorded_plan["text"] == PLAN
     assert len(recorded_plan["plan"]["steps"]) == len(ran.structured_content["results"])
     config = doc["run"]["config"]
-    assert config["executor"]["max_concurrency"] == 8
+    assert config["executor"]["max_concurrency"] == ExecutorSettings().max_concurrency
     assert config["tool_source"] == source
     assert doc["run"]["status"] == "SUCCEEDED"
     store.close()
