@@ -150,6 +150,8 @@ class StreamingPlanParser:
         self._json = _JsonCuts()
         self._reported: dict[int, Step] = {}
         self._done = False
+        self.dialect_seen: str | None = None
+        """The dialect of the latest parse (of the completed prefix, or the whole reply)."""
 
     @property
     def text(self) -> str:
@@ -205,6 +207,8 @@ class StreamingPlanParser:
             plan = parse_plan(self._text, self.dialect, draft_policy=self.draft_policy)
         except PlanParseError as exc:
             error = exc
+        if plan is not None:
+            self.dialect_seen = plan.dialect
         update = self._apply(plan.steps if plan is not None else ())
         return StreamEnd(plan, error, update, self._text)
 
@@ -231,6 +235,7 @@ class StreamingPlanParser:
                 plan = parse_plan(prefix, dialect or self.dialect, draft_policy=self.draft_policy)
         except PlanParseError:
             return ()
+        self.dialect_seen = plan.dialect
         return plan.steps
 
     def _apply(self, steps: tuple[Step, ...]) -> StreamUpdate:

@@ -1,0 +1,249 @@
+"""Streamed plans: safe steps start while the plan is written; drafts never leak a call.
+
+The model is `StreamingModel`, paced by a ``gate`` that waits for what the test needs
+to have happened (a tool call finished) before the next chunk goes out: no sleeps, no
+timing thresholds; every wait is bounded so a bug fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from planexec import AgentConfig, PlanExecuteAgent
+from planexec.errors import ErrorKind
+from planexec.events import Event, StepDiscarded
+from planexec.executor import Executor
+from planexec.plan import Plan, Ref, Step
+from planexec.results import StepStatus
+from planexec.stepfeed import FeedItem, PlanComplete, StepArrived
+from planexec.streaming import model_streams
+from planexec.testing import FunctionModel, ModelCall, StreamingModel, fake_tool
+from planexec.tools import ToolCatalog
+
+BOUND = 10.0  # seconds: only a bound on waits, never asserted on
+
+
+def block(n: int, tool: str, args: str, dep: str = "None") -> str:
+    return (
+        f"#Task{n}: call {tool}\n#Tool{n}: {tool}\n#Args{n}: {args}\n"
+        f"#Dependency{n}: {dep}\n#ExpectedOutput{n}: its output\n"
+    )
+
+
+DRAFT_1 = (
+    block(1, "sites", "{}")
+    + block(2, "assets", '{"site_name": "MAIN"}')
+    + block(3, "delete_site", '{"site_name": "MAIN"}')
+)
+DRAFT_2 = "\nRevised plan:\n" + block(1, "sites", "{}") + block(
+    2, "history", '{"site_name": "MAIN"}'
+)
+
+
+class Tools:
+    """Fake tools whose calls set events the stream's gate can wait for."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, asyncio.Event] = {}
+        self.tools = [
+            self.tool("sites", ["MAIN"], {"read_only": True}),
+            self.tool("assets", ["CH-6"], {"read_only": True}, site_name=str),
+            self.tool("history", [1, 2], {"idempotent": True}, site_name=str),
+            self.tool("delete_site", "deleted", {"destructive": True}, site_name=str),
+        ]
+
+    def tool(self, name: str, output: Any, hints: dict[str, bool], **args: type) -> Any:
+        event = self.done.setdefault(name, asyncio.Event())
+
+        async def run(**kwargs: Any) -> Any:
+            event.set()
+            return output
+
+        return fake_tool(name, function=run, args=dict(args) or None, hints=hints)
+
+    def calls(self, name: str) -> int:
+        tool = next(t for t in self.tools if t.name == name)
+        return int(tool.metadata["calls"].count)
+
+    async def wait(self, name: str) -> None:
+        await asyncio.wait_for(self.done[name].wait(), BOUND)
+
+
+def planner_model(reply: str, gate: Any = None) -> StreamingModel:
+    def answer(call: ModelCall, messages: list[Any]) -> str:
+        return reply if call.purpose == "plan" else "the answer"
+
+    return StreamingModel(function=answer, chars_per_token=8, gate=gate)
+
+
+def line_gate(after: str, then: Any) -> Any:
+    """A gate that, once the text sent holds ``after``, awaits ``then()`` (once)."""
+    state = {"waited": False}
+
+    async def gate(index: int, sent: str) -> None:
+        if not state["waited"] and after in sent:
+            state["waited"] = True
+            await then()
+
+    return gate
+
+
+async def run_agent(model: Any, tools: Tools, **config: Any) -> tuple[Any, list[Event]]:
+    events: list[Event] = []
+    cfg = AgentConfig.model_validate({"recovery": {"max_replans": 0}, **config})
+    agent = PlanExecuteAgent(model, tools.tools, config=cfg, event_handlers=[events.append])
+    run = await asyncio.wait_for(agent.run("clean up MAIN"), BOUND)
+    return run, events
+
+
+def test_the_test_model_streams_and_function_model_does_not() -> None:
+    assert model_streams(planner_model("x"))
+    assert not model_streams(FunctionModel(function=lambda c, m: "x"))
+
+
+async def test_a_safe_step_starts_before_the_reply_is_complete() -> None:
+    tools = Tools()
+    reply = block(1, "sites", "{}") + block(2, "history", '{"site_name": "MAIN"}')
+    seen_before_end: list[int] = []
+
+    async def sites_ran() -> None:
+        await tools.wait("sites")
+        seen_before_end.append(tools.calls("sites"))
+
+    # the reply stops before its last line until `sites` (step 1) has run
+    gate = line_gate("#Task2: call history\n", sites_ran)
+    run, events = await run_agent(planner_model(reply, gate), tools)
+    assert seen_before_end == [1]
+    results = {r.step_id: r for r in run.attempts[0].results}
+    assert results[1].streamed and results[1].ok
+    assert results[2].ok
+    assert tools.calls("sites") == 1
+
+
+async def test_a_restarting_draft_never_runs_its_unsafe_step_and_discards_the_safe_one() -> None:
+    tools = Tools()
+
+    async def draft_1_ran() -> None:
+        # draft 1 is complete (the next block started): its safe steps ran
+        await tools.wait("assets")
+
+    gate = line_gate("Revised plan:\n#Task1: call sites\n", draft_1_ran)
+    run, events = await run_agent(planner_model(DRAFT_1 + DRAFT_2, gate), tools)
+
+    assert tools.calls("delete_site") == 0  # unsafe: waited for the whole plan, then dropped
+    assert tools.calls("assets") == 1  # safe: ran early ...
+    discarded = [e for e in events if isinstance(e, StepDiscarded)]
+    assert [(e.step_id, e.tool) for e in discarded] == [(2, "assets")]  # ... then discarded
+    plan = run.attempts[0].plan
+    assert plan is not None
+    codes = [(d.code, d.step) for d in plan.diagnostics if d.code == "STREAM_STEP_DISCARDED"]
+    assert codes == [("STREAM_STEP_DISCARDED", 2)]
+    assert [s.tool for s in plan.steps] == ["sites", "history"]
+    results = {r.step_id: r for r in run.attempts[0].results}
+    assert results[2].tool == "history" and results[2].ok
+    assert tools.calls("sites") == 1  # the same step in both drafts ran once
+
+
+async def test_streaming_off_waits_for_the_whole_reply() -> None:
+    tools = Tools()
+    run, events = await run_agent(
+        planner_model(DRAFT_1 + DRAFT_2), tools, planner={"stream": False}
+    )
+    assert tools.calls("assets") == 0 and tools.calls("delete_site") == 0
+    assert not any(isinstance(e, StepDiscarded) for e in events)
+    assert not any(r.streamed for r in run.attempts[0].results)
+
+
+# -- the executor's side: a feed of steps ----------------------------------------------
+
+
+class Feed:
+    """A feed the test hands items to, one at a time."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[FeedItem] = asyncio.Queue()
+
+    async def items(self) -> AsyncIterator[FeedItem]:
+        while True:
+            item = await self.queue.get()
+            yield item
+            if isinstance(item, PlanComplete):
+                return
+
+
+async def test_a_forward_reference_waits_for_its_step_and_then_runs() -> None:
+    tools = Tools()
+    executor = Executor(ToolCatalog(tools.tools))
+    feed = Feed()
+    run = asyncio.create_task(executor.run_feed(feed.items()))
+    first = Step(id=1, tool="assets", args={"site_name": Ref(2, (0,))}, depends_on=(2,))
+    second = Step(id=2, tool="sites")
+    feed.queue.put_nowait(StepArrived(first))
+    feed.queue.put_nowait(StepArrived(second))
+    await tools.wait("assets")  # both ran before the plan is complete
+    feed.queue.put_nowait(PlanComplete(Plan(steps=(first, second))))
+    results = {r.step_id: r for r in await asyncio.wait_for(run, BOUND)}
+    assert results[1].ok and results[1].args == {"site_name": "MAIN"}
+    assert results[1].streamed and results[2].streamed
+
+
+async def test_a_forward_reference_that_never_arrives_fails_as_missing_reference() -> None:
+    tools = Tools()
+    executor = Executor(ToolCatalog(tools.tools))
+    feed = Feed()
+    run = asyncio.create_task(executor.run_feed(feed.items()))
+    first = Step(id=1, tool="assets", args={"site_name": Ref(2)}, depends_on=(2,))
+    feed.queue.put_nowait(StepArrived(first))
+    feed.queue.put_nowait(PlanComplete(Plan(steps=(first,))))
+    (result,) = await asyncio.wait_for(run, BOUND)
+    assert result.status is StepStatus.FAILED
+    assert result.error_kind is ErrorKind.MISSING_REFERENCE
+    assert "step 2" in (result.error or "")
+    assert tools.calls("assets") == 0
+    assert not result.streamed  # it never started before the plan was complete
+
+
+async def test_an_unsafe_step_waits_for_the_whole_plan() -> None:
+    tools = Tools()
+    executor = Executor(ToolCatalog(tools.tools))
+    feed = Feed()
+    run = asyncio.create_task(executor.run_feed(feed.items()))
+    unsafe = Step(id=1, tool="delete_site", args={"site_name": "MAIN"})
+    safe = Step(id=2, tool="sites")
+    feed.queue.put_nowait(StepArrived(unsafe))
+    feed.queue.put_nowait(StepArrived(safe))
+    await tools.wait("sites")
+    assert tools.calls("delete_site") == 0
+    feed.queue.put_nowait(PlanComplete(Plan(steps=(unsafe, safe))))
+    results = {r.step_id: r for r in await asyncio.wait_for(run, BOUND)}
+    assert results[1].ok and not results[1].streamed
+    assert results[2].streamed
+    assert tools.calls("delete_site") == 1
+
+
+async def test_a_feed_that_ends_without_a_plan_discards_what_it_started() -> None:
+    tools = Tools()
+    events: list[Event] = []
+    executor = Executor(ToolCatalog(tools.tools))
+    executor.bus.subscribe(events.append)
+    feed = Feed()
+    run = asyncio.create_task(executor.run_feed(feed.items()))
+    feed.queue.put_nowait(StepArrived(Step(id=1, tool="sites")))
+    await tools.wait("sites")
+    feed.queue.put_nowait(PlanComplete(Plan(steps=())))
+    assert await asyncio.wait_for(run, BOUND) == []
+    assert [r.step_id for r in executor.discarded] == [1]
+    assert [e.step_id for e in events if isinstance(e, StepDiscarded)] == [1]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_streamed_and_whole_runs_give_the_same_results(stream: bool) -> None:
+    tools = Tools()
+    reply = block(1, "sites", "{}") + block(2, "assets", '{"site_name": "<step_1[0]>"}', "#S1")
+    run, _ = await run_agent(planner_model(reply), tools, planner={"stream": stream})
+    got = {r.step_id: (r.status, r.output) for r in run.attempts[0].results}
+    assert got == {1: (StepStatus.SUCCEEDED, ["MAIN"]), 2: (StepStatus.SUCCEEDED, ["CH-6"])}
