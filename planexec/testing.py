@@ -359,8 +359,8 @@ class StreamingModel(FunctionModel):
     ``chars_per_token`` characters), waiting ``tokens_per_chunk / tokens_per_second``
     seconds of ``clock`` before each chunk (real time when no clock is given; no wait
     when ``tokens_per_second`` is None) and awaiting ``gate(index, text_so_far)`` when one
-    is given, so a test decides when each chunk goes out. ``ainvoke`` answers at once
-    with the whole reply.
+    is given, so a test decides when each chunk goes out. ``ainvoke`` answers with the
+    whole reply after the time the whole stream takes (one wait; no gate).
 
     Example:
         >>> model = StreamingModel(function=lambda call, messages: "#Task1: list sites",
@@ -386,6 +386,9 @@ class StreamingModel(FunctionModel):
     """When each chunk went out (the clock's ``now`` or ``time.perf_counter()``)."""
 
     _stream_call: ModelCall | None = PrivateAttr(default=None)
+
+    def _now(self) -> float:
+        return float(self.clock.now) if self.clock is not None else time.perf_counter()
 
     async def astream(
         self,
@@ -423,15 +426,32 @@ class StreamingModel(FunctionModel):
         size = max(1, self.chars_per_token * self.tokens_per_chunk)
         delay = self.tokens_per_chunk / self.tokens_per_second if self.tokens_per_second else 0.0
         sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
+        begun = self._now()
         for index, start in enumerate(range(0, max(len(text), 1), size)):
-            if delay:
-                await sleep(delay)
+            if delay:  # against the start, so waits do not add up their overshoots
+                await sleep(max(0.0, begun + (index + 1) * delay - self._now()))
             if self.gate is not None:
                 await self.gate(index, text[:start])
-            self.chunk_times.append(
-                self.clock.now if self.clock is not None else time.perf_counter()
-            )
+            self.chunk_times.append(self._now())
             yield ChatGenerationChunk(message=AIMessageChunk(content=text[start : start + size]))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        out = self._ask(messages, run_manager)
+        if asyncio.iscoroutine(out):
+            out = await out
+        text = str(out)
+        if self.tokens_per_second:
+            size = max(1, self.chars_per_token * self.tokens_per_chunk)
+            chunks = max(1, -(-len(text) // size))
+            sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
+            await sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
+        return self._result(text)
 
 
 @dataclass
