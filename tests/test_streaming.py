@@ -15,7 +15,7 @@ import pytest
 
 from planexec import AgentConfig, PlanExecuteAgent
 from planexec.errors import ErrorKind
-from planexec.events import Event, StepDiscarded
+from planexec.events import Event, StepDiscarded, StepFinished
 from planexec.executor import Executor
 from planexec.plan import Plan, Ref, Step
 from planexec.results import StepStatus
@@ -247,3 +247,36 @@ async def test_streamed_and_whole_runs_give_the_same_results(stream: bool) -> No
     run, _ = await run_agent(planner_model(reply), tools, planner={"stream": stream})
     got = {r.step_id: (r.status, r.output) for r in run.attempts[0].results}
     assert got == {1: (StepStatus.SUCCEEDED, ["MAIN"]), 2: (StepStatus.SUCCEEDED, ["CH-6"])}
+
+
+async def test_the_timeline_shows_the_planner_stream_with_steps_started_under_it(
+    tmp_path: Any,
+) -> None:
+    from planexec.commands.runs import timeline_bars
+    from planexec.store.sqlite import SQLiteRunStore
+
+    tools = Tools()
+    reply = block(1, "sites", "{}") + block(2, "history", '{"site_name": "MAIN"}')
+    step1_done = asyncio.Event()
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, StepFinished) and event.result.step_id == 1:
+            step1_done.set()
+
+    async def step1_finished() -> None:
+        await asyncio.wait_for(step1_done.wait(), BOUND)
+
+    gate = line_gate("#Task2: call history\n", step1_finished)
+    with SQLiteRunStore(tmp_path / "runs.sqlite3") as store:
+        cfg = AgentConfig.model_validate({"recovery": {"max_replans": 0}})
+        agent = PlanExecuteAgent(planner_model(reply, gate), tools.tools, config=cfg,
+                                 store=store, event_handlers=[on_event])
+        run = await asyncio.wait_for(agent.run("sites?"), BOUND)
+        _, bars = timeline_bars(store, run.run_id)
+    planner = [b for b in bars if b.status == "PLANNER"]
+    assert [b.label for b in planner] == ["planner stream 1"]
+    step1 = next(b for b in bars if "#1 sites" in b.label)
+    assert "(streamed)" in step1.label
+    # step 1 started and ended under the planner's bar (the gate held the reply open)
+    assert planner[0].start <= step1.start
+    assert step1.start + step1.duration <= planner[0].start + planner[0].duration
