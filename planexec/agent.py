@@ -654,6 +654,9 @@ class PlanExecuteAgent:
                         else ErrorKind.MODEL_ERROR
                     )
                     raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
+                except BaseException:  # cancelled (or our bug): stop what the stream started
+                    await self._close_stream(ctx, "the run stopped while the plan streamed")
+                    raise
                 plan, text, known, error = outcome.plan, outcome.text, outcome.prior, outcome.error
                 drafts = outcome.drafts
                 if plan is None and error is None:

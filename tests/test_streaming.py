@@ -280,3 +280,47 @@ async def test_the_timeline_shows_the_planner_stream_with_steps_started_under_it
     # step 1 started and ended under the planner's bar (the gate held the reply open)
     assert planner[0].start <= step1.start
     assert step1.start + step1.duration <= planner[0].start + planner[0].duration
+
+
+async def test_a_replan_streams_too_and_reuses_the_kept_step() -> None:
+    tools = Tools()
+    broken = fake_tool("broken", error="boom", hints={"read_only": True})
+    tools.tools.append(broken)
+    replies = [
+        block(1, "sites", "{}") + block(2, "broken", "{}"),
+        block(1, "sites", "{}") + block(3, "history", '{"site_name": "MAIN"}'),
+    ]
+
+    def answer(call: ModelCall, messages: list[Any]) -> str:
+        if call.purpose == "plan":
+            return replies.pop(0)
+        return "the answer"
+
+    model = StreamingModel(function=answer, chars_per_token=8)
+    run, events = await run_agent(model, tools, recovery={"max_replans": 1})
+    assert len(run.attempts) == 2
+    second = {r.step_id: r for r in run.attempts[1].results}
+    assert second[3].ok and second[3].streamed  # the re-plan's new step streamed
+    assert tools.calls("sites") == 1  # the kept step was reused, not run again
+    assert tools.calls("history") == 1
+
+
+async def test_cancelling_the_run_while_the_plan_streams_stops_what_it_started() -> None:
+    tools = Tools()
+    hang = asyncio.Event()
+
+    async def hold(index: int, sent: str) -> None:
+        if "#Task2: call history\n" in sent:
+            await tools.wait("sites")
+            hang.set()
+            await asyncio.Event().wait()  # the reply never ends
+
+    reply = block(1, "sites", "{}") + block(2, "history", '{"site_name": "MAIN"}')
+    agent = PlanExecuteAgent(planner_model(reply, hold), tools.tools)
+    task = asyncio.create_task(agent.run("sites?"))
+    await asyncio.wait_for(hang.wait(), BOUND)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, BOUND)
+    left = [t for t in asyncio.all_tasks() if "run_feed" in repr(t.get_coro())]
+    assert all(t.done() for t in left)  # the executor's run of the stream ended too
