@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import math
 import time
 from collections import deque
@@ -71,7 +72,7 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
-from planexec.plan import Plan, Ref, Step, Template, iter_refs
+from planexec.plan import Plan, Ref, Step, Template, iter_refs, to_jsonable
 from planexec.resilience import BreakerRegistry, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
 from planexec.results import (
@@ -662,6 +663,18 @@ class Executor:
             )
             sched.finished(sid)
             return
+        same = sched.spare.pop(_call_key(step), None) if sched.spare and not step.refs else None
+        if same is not None:  # the same call ran under another id while the plan streamed
+            note = f"reused: the same call ran as step {same.step_id} while the plan streamed"
+            reused = replace(same, step_id=sid, note=note, reused=True)
+            self.results[sid] = reused
+            self.reused.add(sid)
+            step_log(self.run_id, sid).info("step {}: {}", sid, note)
+            await self.bus.emit(
+                StepFinished(run_id=self.run_id, result=reused, plan_version=self._plan_version)
+            )
+            sched.finished(sid)
+            return
         self.results.pop(sid, None)  # an earlier failure of a step that runs again
         sched.wait(step, early=sched.complete or self.may_start_early(step))
 
@@ -691,6 +704,9 @@ class Executor:
         if sid in self.reused:
             self.reused.discard(sid)
         else:
+            step = sched.steps.get(sid)
+            if ended and result.ok and step is not None and step.tool and not step.refs:
+                sched.spare.setdefault(_call_key(step), result)  # for the same call elsewhere
             self.discarded.append(result)
             message = (
                 f"step {sid} ({result.tool or 'reasoning'}) started while the plan was "
@@ -1473,6 +1489,15 @@ def _notify(queue: asyncio.Queue[Any], sid: int, _task: asyncio.Task[Any]) -> No
     queue.put_nowait(sid)
 
 
+def _call_key(step: Step) -> str:
+    """The call a step makes, as text: tool, server and arguments (as written)."""
+    return json.dumps(
+        [step.tool, step.server, to_jsonable(step.args), to_jsonable(list(step.positional))],
+        sort_keys=True,
+        default=str,
+    )
+
+
 @dataclass(frozen=True)
 class _Fed:
     """A feed item on the scheduler's queue (``item`` None: the feed ended)."""
@@ -1515,6 +1540,9 @@ class _Schedule:
         self.running: dict[int, asyncio.Task[Any]] = {}
         self.done: set[int] = set()
         self.order: list[int] = []
+        self.spare: dict[str, StepResult] = {}
+        """Succeeded results of withdrawn steps without references, by call
+        (`_call_key`): a step making the same call reuses one instead of running."""
 
     def pending(self) -> list[Step]:
         """The steps with no result in this run yet."""

@@ -92,10 +92,27 @@ def line_gate(after: str, then: Any) -> Any:
     return gate
 
 
-async def run_agent(model: Any, tools: Tools, **config: Any) -> tuple[Any, list[Event]]:
+class Finished:
+    """Events set when a step (by tool) has finished: its result is recorded."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, asyncio.Event] = {}
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, StepFinished) and event.result.tool is not None:
+            self.events.setdefault(event.result.tool, asyncio.Event()).set()
+
+    async def wait(self, tool: str) -> None:
+        await asyncio.wait_for(self.events.setdefault(tool, asyncio.Event()).wait(), BOUND)
+
+
+async def run_agent(
+    model: Any, tools: Tools, *, finished: Finished | None = None, **config: Any
+) -> tuple[Any, list[Event]]:
     events: list[Event] = []
     cfg = AgentConfig.model_validate({"recovery": {"max_replans": 0}, **config})
-    agent = PlanExecuteAgent(model, tools.tools, config=cfg, event_handlers=[events.append])
+    handlers = [events.append] + ([finished] if finished is not None else [])
+    agent = PlanExecuteAgent(model, tools.tools, config=cfg, event_handlers=handlers)
     run = await asyncio.wait_for(agent.run("clean up MAIN"), BOUND)
     return run, events
 
@@ -324,3 +341,21 @@ async def test_cancelling_the_run_while_the_plan_streams_stops_what_it_started()
         await asyncio.wait_for(task, BOUND)
     left = [t for t in asyncio.all_tasks() if "run_feed" in repr(t.get_coro())]
     assert all(t.done() for t in left)  # the executor's run of the stream ended too
+
+
+async def test_a_renumbering_draft_reuses_the_same_calls_instead_of_running_them_again() -> None:
+    tools = Tools()
+    first = block(1, "sites", "{}") + block(2, "assets", '{"site_name": "MAIN"}')
+    revised = "\nRevised plan:\n" + (
+        block(1, "history", '{"site_name": "MAIN"}')
+        + block(2, "sites", "{}")
+        + block(3, "assets", '{"site_name": "MAIN"}')
+    )
+    finished = Finished()
+    gate = line_gate("Revised plan:\n#Task1: call history\n", lambda: finished.wait("assets"))
+    run, events = await run_agent(planner_model(first + revised, gate), tools, finished=finished)
+    results = {r.step_id: r for r in run.attempts[0].results}
+    assert {sid: r.tool for sid, r in results.items()} == {1: "history", 2: "sites", 3: "assets"}
+    assert all(r.ok for r in results.values())
+    assert results[2].reused and results[3].reused  # the calls of draft 1, renumbered
+    assert (tools.calls("sites"), tools.calls("assets"), tools.calls("history")) == (1, 1, 1)
