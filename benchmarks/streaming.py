@@ -165,6 +165,27 @@ async def one_run(text: str, kind: str, rate: float, stream: bool) -> tuple[floa
     return time.perf_counter() - t0, str(run.status)
 
 
+async def timeline(out: Path, shape: str = "chain", rate: float = 100.0) -> None:
+    """Draw the `planexec runs timeline` picture of one streamed run (docs/streaming.md)."""
+    import tempfile
+
+    from planexec.commands.runs import render_timeline_png, timeline_bars
+    from planexec.store.sqlite import SQLiteRunStore
+
+    text, kind = shapes(quick=False)[shape]
+
+    def answer(call: ModelCall, messages: list[Any]) -> str:
+        return text if call.purpose == "plan" else "done"
+
+    model = StreamingModel(function=answer, tokens_per_second=rate,
+                           chars_per_token=CHARS_PER_TOKEN)
+    with tempfile.TemporaryDirectory() as tmp, SQLiteRunStore(Path(tmp) / "runs.db") as store:
+        agent = PlanExecuteAgent(model, catalog_for(kind), store=store, runner=SleepingRunner())
+        run = await agent.run(f"a streamed {shape} plan at {rate:.0f} tokens/s")
+        record, bars = timeline_bars(store, run.run_id)
+        render_timeline_png(record, bars, out)
+
+
 def summary(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
@@ -267,7 +288,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two demo plans, one round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--timeline", type=Path, metavar="FILE.png",
+                        help="only draw the timeline of one streamed chain run to FILE.png")
     ns = parser.parse_args()
+    if ns.timeline is not None:
+        logger.remove()
+        asyncio.run(timeline(ns.timeline))
+        raise SystemExit(0)
     if ns.quick:
         ns.rounds = 1
     report(asyncio.run(main(ns)))
