@@ -51,6 +51,7 @@ from planexec.tools import ToolCatalog, ToolSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PLANS = Path(__file__).resolve().parents[1] / "planexec" / "examples" / "plans"
+REPLIES = PLANS.parent / "replies"
 CHARS_PER_TOKEN = 4
 RATES = (30.0, 100.0)
 
@@ -105,6 +106,22 @@ def shapes(quick: bool) -> dict[str, tuple[str, str]]:
     return out
 
 
+def recorded_values(shape: str) -> dict[str, Any]:
+    """The argument values the demo's recorded resolution replies give (by key)."""
+    path = REPLIES / f"{shape}.json"
+    values: dict[str, Any] = {}
+    if not path.exists():
+        return values
+    for reply in json.loads(path.read_text(encoding="utf-8")):
+        try:
+            got = json.loads(reply)
+        except ValueError:
+            continue  # a plan or an answer
+        if isinstance(got, dict):
+            values.update(got)
+    return values
+
+
 def catalog_for(kind: str) -> list[Any]:
     return synthetic_tools() if kind == "synthetic" else demo_tools()
 
@@ -145,12 +162,14 @@ def analyse(text: str, rate: float, kind: str) -> dict[str, float]:
     }
 
 
-async def one_run(text: str, kind: str, rate: float, stream: bool) -> tuple[float, str]:
+async def one_run(
+    text: str, kind: str, rate: float, stream: bool, values: dict[str, Any]
+) -> tuple[float, str]:
     def answer(call: ModelCall, messages: list[Any]) -> str:
         if call.purpose == "plan":
             return text
-        if call.purpose == "resolve":
-            return json.dumps({k: "MAIN" for k in call.keys})
+        if call.purpose == "resolve":  # as the demo's recorded replies
+            return json.dumps({k: values.get(k, "MAIN") for k in call.keys})
         return "done"
 
     model = StreamingModel(
@@ -235,7 +254,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for name, (text, kind) in plans.items():
             for rate in rates:
                 for stream in (True, False):
-                    wall, status = await one_run(text, kind, rate, stream)
+                    wall, status = await one_run(
+                        text, kind, rate, stream, recorded_values(name)
+                    )
                     walls.setdefault((name, rate, stream), []).append(wall)
                     statuses.setdefault((name, rate, stream), set()).add(status)
     rows = []
