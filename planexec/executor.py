@@ -42,6 +42,13 @@ on as in 4-6; without a selector it fails with ``TOOL_SELECTION_FAILED``.
 
 Each step's `StepFinished` event is awaited through the `EventBus` before any step
 that depends on it starts, so a store subscribed to the bus has recorded it.
+
+`Executor.run_feed` runs a plan whose steps arrive over time (a planner's reply as it
+streams, `planexec.streaming`): steps start as they arrive, but before the whole plan is
+there only those safe to start early (`Executor.may_start_early`); a step the final plan
+does not hold as it arrived is cancelled or its result discarded (`Executor.discarded`,
+`planexec.events.StepDiscarded`). `Executor.run` is the same scheduler fed the whole
+plan at once.
 """
 
 from __future__ import annotations
