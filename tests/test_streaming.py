@@ -359,3 +359,29 @@ async def test_a_renumbering_draft_reuses_the_same_calls_instead_of_running_them
     assert all(r.ok for r in results.values())
     assert results[2].reused and results[3].reused  # the calls of draft 1, renumbered
     assert (tools.calls("sites"), tools.calls("assets"), tools.calls("history")) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_the_store_forgets_a_discarded_result(tmp_path: Any, kind: str) -> None:
+    from planexec.store.memory import MemoryRunStore
+    from planexec.store.sqlite import SQLiteRunStore
+
+    tools = Tools()
+    gate = line_gate("Revised plan:\n#Task1: call sites\n", lambda: tools.wait("assets"))
+    store: Any = SQLiteRunStore(tmp_path / "runs.db") if kind == "sqlite" else MemoryRunStore()
+    try:
+        cfg = AgentConfig.model_validate({"recovery": {"max_replans": 0}})
+        draft_1 = (  # its safe step 3 runs, then the revised plan has no step 3
+            block(1, "sites", "{}")
+            + block(2, "delete_site", '{"site_name": "MAIN"}')
+            + block(3, "assets", '{"site_name": "MAIN"}')
+        )
+        agent = PlanExecuteAgent(planner_model(draft_1 + DRAFT_2, gate), tools.tools,
+                                 config=cfg, store=store)
+        run = await asyncio.wait_for(agent.run("clean up MAIN"), BOUND)
+        recorded = {s.result.step_id: s.result.tool for s in store.step_results(run.run_id)}
+    finally:
+        if kind == "sqlite":
+            store.close()
+    assert tools.calls("assets") == 1
+    assert recorded == {1: "sites", 2: "history"}  # not draft 1's assets (discarded)

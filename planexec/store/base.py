@@ -41,8 +41,8 @@ EXPORT_FORMAT = "planexec.run/1"
 """The ``format`` field of `RunStore.export` documents."""
 
 CHECKPOINT_EVENTS = frozenset(
-    {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "RecoveryDecided",
-     "RunFinished"}
+    {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "StepDiscarded",
+     "RecoveryDecided", "RunFinished"}
 )
 """Events that are committed before `RunStore.handle` returns.
 
