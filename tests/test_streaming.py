@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planexec import AgentConfig, PlanExecuteAgent
 from planexec.errors import ErrorKind
@@ -385,3 +387,20 @@ async def test_the_store_forgets_a_discarded_result(tmp_path: Any, kind: str) ->
             store.close()
     assert tools.calls("assets") == 1
     assert recorded == {1: "sites", 2: "history"}  # not draft 1's assets (discarded)
+
+
+@settings(max_examples=25, deadline=None)
+@given(chars=st.integers(1, 60), order=st.permutations([0, 1, 2]))
+async def test_whatever_the_chunking_no_dropped_draft_calls_its_unsafe_step(
+    chars: int, order: list[int]
+) -> None:
+    tools = Tools()
+    firsts = [block(1, "sites", "{}"), block(2, "assets", '{"site_name": "MAIN"}'),
+              block(3, "delete_site", '{"site_name": "MAIN"}')]
+    draft_1 = "".join(firsts[i].replace(f"{i + 1}:", f"{n + 1}:") for n, i in enumerate(order))
+    model = StreamingModel(function=lambda call, m: draft_1 + DRAFT_2 if call.purpose == "plan"
+                           else "the answer", chars_per_token=chars)
+    run, _ = await run_agent(model, tools)
+    assert tools.calls("delete_site") == 0
+    got = {r.step_id: (r.tool, r.status) for r in run.attempts[0].results}
+    assert got == {1: ("sites", StepStatus.SUCCEEDED), 2: ("history", StepStatus.SUCCEEDED)}
