@@ -23,7 +23,7 @@ from planexec.plan import Plan, Ref, Step
 from planexec.results import StepStatus
 from planexec.stepfeed import FeedItem, PlanComplete, StepArrived
 from planexec.streaming import model_streams
-from planexec.testing import FunctionModel, ModelCall, StreamingModel, fake_tool
+from planexec.testing import FakeClock, FunctionModel, ModelCall, StreamingModel, fake_tool
 from planexec.tools import ToolCatalog
 
 BOUND = 10.0  # seconds: only a bound on waits, never asserted on
@@ -404,3 +404,30 @@ async def test_whatever_the_chunking_no_dropped_draft_calls_its_unsafe_step(
     assert tools.calls("delete_site") == 0
     got = {r.step_id: (r.tool, r.status) for r in run.attempts[0].results}
     assert got == {1: ("sites", StepStatus.SUCCEEDED), 2: ("history", StepStatus.SUCCEEDED)}
+
+
+async def test_the_streaming_model_keeps_its_token_rate_on_a_fake_clock() -> None:
+    clock = FakeClock()
+    model = StreamingModel(function=lambda call, m: "abcdefgh" * 3, tokens_per_second=4.0,
+                           chars_per_token=2, clock=clock)  # 12 tokens: 3 s of fake time
+    got: list[str] = []
+
+    async def consume() -> None:
+        async for chunk in model.astream("plan"):
+            if chunk.content:
+                got.append(str(chunk.content))
+
+    async def settle() -> None:  # let the consumer run up to its next wait (no time passes)
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(consume())
+    await settle()
+    assert got == [] and clock.sleeping == 1
+    await clock.advance(1.0)
+    await settle()
+    assert len(got) == 4  # one token each 0.25 s of fake time
+    await clock.advance(2.0)
+    await asyncio.wait_for(task, BOUND)
+    assert "".join(got) == "abcdefgh" * 3
+    assert model.chunk_times == [0.25 * (i + 1) for i in range(12)]
