@@ -74,6 +74,9 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
         detect_dialect,
         parse_plan,
     )
+    from planexec.parsing.streaming import (
+        StreamingPlanParser,
+    )
     from planexec.recovery import (
         Action,
         RecoveryPolicy,
@@ -123,6 +126,7 @@ _LAZY: dict[str, str] = {
     "Runtime": "planexec.runtime",
     "StepResult": "planexec.results",
     "StepStatus": "planexec.results",
+    "StreamingPlanParser": "planexec.parsing.streaming",
     "ToolCatalog": "planexec.tools",
     "ToolHints": "planexec.tools",
     "ToolSpec": "planexec.tools",
@@ -191,6 +195,7 @@ __all__ = [
     "StepResult",
     "StepStatus",
     "StoreError",
+    "StreamingPlanParser",
     "Template",
     "ToolCatalog",
     "ToolHints",

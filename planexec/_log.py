@@ -18,11 +18,22 @@ Example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from loguru import logger
 
-__all__ = ["LOG_FORMAT", "disable_logging", "enable_logging", "logger", "run_log", "step_log"]
+__all__ = [
+    "LOG_FORMAT",
+    "disable_logging",
+    "enable_logging",
+    "logger",
+    "quiet",
+    "run_log",
+    "step_log",
+]
 
 LOG_FORMAT = "{level: <7} run={extra[run_id]} step={extra[step_id]} | {message}"
 """The format of the CLI's log lines (and of `enable_logging` with a sink)."""
@@ -35,8 +46,35 @@ def run_log(run_id: str | None, **extra: Any) -> Any:
     return logger.bind(run_id=run_id or "-", **extra)
 
 
+_QUIET: ContextVar[bool] = ContextVar("planexec_quiet", default=False)
+
+
+class _Silent:
+    """A logger that drops every record (see `quiet`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Drop `step_log` records in this context.
+
+    For work whose findings are reported again later, e.g. the streaming parser's
+    parses of a partial reply (`planexec.parsing.streaming`): the whole reply's parse
+    logs every diagnostic once.
+    """
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
 def step_log(run_id: str | None, step_id: int | None, **extra: Any) -> Any:
-    """Return a logger with ``run_id`` and ``step_id`` bound."""
+    """Return a logger with ``run_id`` and ``step_id`` bound (a silent one under `quiet`)."""
+    if _QUIET.get():
+        return _Silent()
     return logger.bind(run_id=run_id or "-", step_id=step_id, **extra)
 
 

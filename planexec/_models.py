@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -31,7 +31,7 @@ from planexec.results import Usage
 if TYPE_CHECKING:
     from planexec.tracing import RunTrace
 
-__all__ = ["ModelCall", "ModelClient", "as_client", "message_text"]
+__all__ = ["ModelCall", "ModelClient", "ReplySink", "as_client", "message_text"]
 
 _META = "planexec_"
 
@@ -74,6 +74,19 @@ class ModelCall:
             keys=tuple(str(k) for k in metadata.get(f"{_META}keys") or ()),
             run_id=str(metadata.get(f"{_META}run_id") or "-"),
         )
+
+
+class ReplySink(Protocol):
+    """Takes a reply as the model streams it (`ModelClient.complete` with ``sink``)."""
+
+    async def begin(self) -> None:
+        """A new attempt at the reply starts (what came before belongs to a failed one)."""
+
+    async def chunk(self, text: str) -> None:
+        """The next piece of the reply's text."""
+
+    async def end(self) -> None:
+        """The reply is complete."""
 
 
 def message_text(message: Any) -> str:
@@ -127,8 +140,31 @@ class ModelClient:
         """The call's ``RunnableConfig``: parented in the run's trace when it has one."""
         return call.config() if self.trace is None else self.trace.model_config(call)
 
-    async def _invoke(self, messages: Sequence[BaseMessage], call: ModelCall) -> Any:
+    async def _invoke(
+        self, messages: Sequence[BaseMessage], call: ModelCall, sink: ReplySink | None = None
+    ) -> Any:
+        if sink is not None:
+            return await self._stream_into(messages, call, sink)
         return await self.model.ainvoke(list(messages), config=self._config(call))
+
+    async def _stream_into(
+        self, messages: Sequence[BaseMessage], call: ModelCall, sink: ReplySink | None
+    ) -> Any:
+        """Stream the reply (``model.astream``), handing each chunk's text to ``sink``."""
+        merged: Any = None
+        if sink is not None:
+            await sink.begin()
+        async for chunk in self.model.astream(list(messages), config=self._config(call)):
+            merged = chunk if merged is None else merged + chunk
+            if sink is not None:
+                text = message_text(chunk)
+                if text:
+                    await sink.chunk(text)
+        if merged is None:
+            raise ModelError(f"model stream ({call.purpose}) ended without any chunk")
+        if sink is not None:
+            await sink.end()
+        return merged
 
     async def complete(
         self,
@@ -137,6 +173,7 @@ class ModelClient:
         purpose: str,
         step_id: int | None = None,
         keys: Sequence[str] = (),
+        sink: ReplySink | None = None,
     ) -> str:
         """Send ``messages`` and return the reply's text.
 
@@ -145,6 +182,8 @@ class ModelClient:
             purpose: What the call is for (counted in `Usage` under this name).
             step_id: The step it serves, if any.
             keys: For a resolution: the keys the reply must fill.
+            sink: Takes the reply as it streams: the call streams (``model.astream``)
+                and hands each chunk's text to it (`planexec.streaming`).
 
         Raises:
             ModelTimeoutError: the call exceeded ``timeout``.
@@ -155,9 +194,9 @@ class ModelClient:
         call = ModelCall(purpose, step_id, tuple(keys), self.run_id)
         try:
             if self.timeout is not None:
-                reply = await asyncio.wait_for(self._invoke(messages, call), self.timeout)
+                reply = await asyncio.wait_for(self._invoke(messages, call, sink), self.timeout)
             else:
-                reply = await self._invoke(messages, call)
+                reply = await self._invoke(messages, call, sink)
             ok = True
         except TimeoutError as exc:
             raise ModelTimeoutError(
@@ -185,6 +224,7 @@ class ModelClient:
                         step_id=step_id,
                         duration=time.perf_counter() - start,
                         ok=ok,
+                        streamed=sink is not None,
                     )
                 )
         return message_text(reply)

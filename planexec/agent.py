@@ -109,6 +109,7 @@ from planexec.results import (
     new_run_id,
 )
 from planexec.runtime import Runtime
+from planexec.streaming import PlanStream, discard_diagnostics, model_streams
 from planexec.tools import ToolCatalog
 from planexec.tracing import RunTrace
 
@@ -178,6 +179,9 @@ class _RunCtx:
     """The current plan's steps cut off inside, recorded as not run (SKIPPED)."""
     trace: RunTrace | None = None
     """The run's trace (`planexec.tracing`), when the caller traces."""
+    stream: PlanStream | None = None
+    """The planner's reply streaming into the executor (`planexec.streaming`), until the
+    plan's first executor round takes it over."""
 
 
 class _Replan(Exception):
@@ -648,6 +652,7 @@ class PlanExecuteAgent:
                 plan, text = given, given_text
             else:
                 assert self.planner is not None
+                ctx.stream = self._open_stream(ctx, replan)
                 try:
                     outcome = await self.planner.plan(
                         run.question,
@@ -659,14 +664,19 @@ class PlanExecuteAgent:
                         run_id=run.run_id,
                         bus=ctx.bus,
                         catalog=ctx.executor.catalog,
+                        sink=ctx.stream,
                     )
                 except (ModelError, CircuitOpenError) as exc:
+                    await self._close_stream(ctx, f"the planner's model call failed: {exc}")
                     kind = (
                         ErrorKind.CIRCUIT_OPEN
                         if isinstance(exc, CircuitOpenError)
                         else ErrorKind.MODEL_ERROR
                     )
                     raise _Stop(kind, f"the planner's model call failed: {exc}") from exc
+                except BaseException:  # cancelled (or our bug): stop what the stream started
+                    await self._close_stream(ctx, "the run stopped while the plan streamed")
+                    raise
                 plan, text, known, error = outcome.plan, outcome.text, outcome.prior, outcome.error
                 drafts = outcome.drafts
                 if plan is None and error is None:
@@ -700,6 +710,7 @@ class PlanExecuteAgent:
             ctx.cut_results = {}
             try:
                 if plan is None:
+                    await self._close_stream(ctx, error or "no steps")
                     failure = Failure(
                         ErrorKind.PLAN_PARSE,
                         f"plan {version}: no usable plan: {error or 'no steps'}",
@@ -725,6 +736,7 @@ class PlanExecuteAgent:
                 if ctx.cut is not None:
                     to_run, known = await self._skip_cut(ctx, to_run, known, attempt)
                 latest = await self._execute(ctx, to_run, known, attempt)
+                await self._close_stream(ctx, "the plan did not run")
                 if ctx.run.status in (RunStatus.CANCELLED, RunStatus.WAITING_APPROVAL):
                     return
                 if ctx.cut is not None:
@@ -733,6 +745,43 @@ class PlanExecuteAgent:
                 return
             except _Replan as r:
                 replan = r.ctx
+            finally:
+                await self._close_stream(ctx, "the plan did not run")
+
+    def _open_stream(self, ctx: _RunCtx, replan: ReplanContext | None) -> PlanStream | None:
+        """Start streaming the planner's next reply into the executor, when configured.
+
+        Only for a model that streams (`planexec.streaming.model_streams`) and a text
+        plan (a structured reply is not streamed; its stream then stays empty).
+        """
+        ps = self.config.planner
+        if not ps.stream or ctx.client is None or not model_streams(ctx.client.model):
+            return None
+        stream = PlanStream(
+            ctx.executor,
+            dialect=ps.dialect,
+            draft_policy=ps.draft_policy,
+            kept=replan.kept if replan is not None else None,
+            plan_version=_next_version(ctx.run),
+            run_id=ctx.run.run_id,
+        )
+        stream.open()
+        return stream
+
+    async def _close_stream(self, ctx: _RunCtx, reason: str) -> None:
+        """Discard what a stream started when its plan does not run (no-op without one)."""
+        stream, ctx.stream = ctx.stream, None
+        if stream is None:
+            return
+        await stream.abandon(reason)
+        self._note_discarded(ctx, stream)
+
+    def _note_discarded(self, ctx: _RunCtx, stream: PlanStream) -> None:
+        """Put a ``STREAM_STEP_DISCARDED`` diagnostic on the attempt for each discarded step."""
+        found = discard_diagnostics(stream.executor.discarded)
+        attempt = ctx.current
+        if found and attempt is not None and attempt.plan is not None:
+            attempt.plan = attempt.plan.with_diagnostics(found)
 
     async def _skip_cut(
         self,
@@ -805,9 +854,17 @@ class PlanExecuteAgent:
         feedback: dict[int, StepError] = {}
         while True:
             to_run, refused = await self._refuse_repeats(ctx, plan, known, attempt)
-            results = await ctx.executor.run(
-                to_run, prior={**known, **refused}, feedback=feedback, plan_version=attempt.version
-            )
+            stream, ctx.stream = ctx.stream, None
+            if stream is not None:  # the first round runs on from what the stream started
+                results = await stream.complete(to_run, prior={**known, **refused})
+                self._note_discarded(ctx, stream)
+            else:
+                results = await ctx.executor.run(
+                    to_run,
+                    prior={**known, **refused},
+                    feedback=feedback,
+                    plan_version=attempt.version,
+                )
             for r in results:
                 earlier = known.get(r.step_id)
                 if earlier is not None and earlier.ok and r.ok:

@@ -242,6 +242,10 @@ class PlannerSettings(_Settings):
     """Characters of each succeeded step's output shown in a re-plan prompt."""
     instructions: str | None = None
     """Extra instructions appended to the planner's system prompt."""
+    stream: bool = True
+    """Stream the plan into the executor where the model streams (it implements
+    ``_astream``): safe steps start while the plan is still being written
+    (docs/streaming.md). False: wait for the whole reply."""
 
 
 class RecoverySettings(_Settings):

@@ -32,6 +32,7 @@ __all__ = [
     "RecoveryDecided",
     "RunFinished",
     "RunStarted",
+    "StepDiscarded",
     "StepFinished",
     "StepStarted",
     "ToolCallStarted",
@@ -163,6 +164,22 @@ class StepFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepDiscarded(Event):
+    """A step started while the plan was streamed, and the final plan does not hold it.
+
+    Its run was cancelled (``status`` CANCELLED) or its result discarded; the result is
+    not the plan's (`planexec.executor.Executor.discarded` keeps it).
+    """
+
+    step_id: int
+    tool: str | None
+    status: str
+    """The discarded result's status."""
+    reason: str
+    plan_version: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class FallbackUsed(Event):
     """A fallback, repair, retry or skip happened: never silently."""
 
@@ -179,6 +196,8 @@ class LLMCalled(Event):
     step_id: int | None = None
     duration: float = 0.0
     ok: bool = True
+    streamed: bool = False
+    """The reply was streamed into the executor (`planexec.streaming`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

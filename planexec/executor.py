@@ -48,16 +48,24 @@ on as in 4-6; without a selector it fails with ``TOOL_SELECTION_FAILED``.
 
 Each step's `StepFinished` event is awaited through the `EventBus` before any step
 that depends on it starts, so a store subscribed to the bus has recorded it.
+
+`Executor.run_feed` runs a plan whose steps arrive over time (a planner's reply as it
+streams, `planexec.streaming`): steps start as they arrive, but before the whole plan is
+there only those safe to start early (`Executor.may_start_early`); a step the final plan
+does not hold as it arrived is cancelled or its result discarded (`Executor.discarded`,
+`planexec.events.StepDiscarded`). `Executor.run` is the same scheduler fed the whole
+plan at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
@@ -72,12 +80,13 @@ from planexec.events import (
     ArgResolved,
     EventBus,
     FallbackUsed,
+    StepDiscarded,
     StepFinished,
     StepStarted,
     ToolCallStarted,
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
-from planexec.plan import Plan, Ref, Step, Template
+from planexec.plan import Plan, Ref, Step, Template, to_jsonable
 from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure
 from planexec.results import (
@@ -88,6 +97,7 @@ from planexec.results import (
     Usage,
 )
 from planexec.selection import SelectionFailure, ToolChoice
+from planexec.stepfeed import FeedItem, PlanComplete, StepArrived, StepWithdrawn, same_work
 from planexec.tools import (
     ToolCatalog,
     ToolOutputError,
@@ -423,7 +433,7 @@ class Executor:
         self._cancel = asyncio.Event()
         self._plan_version = 1
         self._dialect: str | None = None
-        self._finished: asyncio.Queue[int | None] | None = None
+        self._finished: asyncio.Queue[Any] | None = None
         self._last_cancelled = False
         self._cancel_reason: str | None = None
         self._last_cancel_reason: str | None = None
@@ -432,6 +442,10 @@ class Executor:
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
         self._settings: dict[tuple[str | None, str], Any] = {}
         """`_tool_settings` by tool; per run."""
+        self.discarded: list[StepResult] = []
+        """Results of steps started while the plan was streamed that the final plan does
+        not hold (cancelled, or their results discarded), in the order discarded."""
+        self._early: set[int] = set()
 
     # ------------------------------------------------------------------ public API
 
@@ -483,14 +497,49 @@ class Executor:
         plan_version: int = 1,
     ) -> list[StepResult]:
         """Run a plan; see `_run` (traced as one round of the plan attempt when traced)."""
+        return await self._traced(
+            PlanComplete(plan), len(plan.steps), prior, feedback, plan_version
+        )
+
+    async def run_feed(
+        self,
+        feed: AsyncIterator[FeedItem],
+        *,
+        prior: Mapping[int, StepResult] | None = None,
+        feedback: Mapping[int, StepError] | None = None,
+        plan_version: int = 1,
+    ) -> list[StepResult]:
+        """Run a plan whose steps arrive over time (a streamed reply); see `_run`.
+
+        A step starts once it has arrived, its dependencies are done and, before the
+        `PlanComplete` item, only when it is *safe to start early* (`may_start_early`).
+        A withdrawn step (`StepWithdrawn`, or one the final plan does not hold as it
+        arrived) is cancelled if running and its result discarded (`discarded`, a
+        `StepDiscarded` event), and so are the started steps that used its result. A
+        step waiting on a step that never arrives runs when the plan is complete and
+        fails as ``MISSING_REFERENCE``. A feed that ends without `PlanComplete` completes
+        an empty plan (every started step is discarded).
+        """
+        return await self._traced(feed, 0, prior, feedback, plan_version)
+
+    async def _traced(
+        self,
+        source: PlanComplete | AsyncIterator[FeedItem],
+        steps: int,
+        prior: Mapping[int, StepResult] | None,
+        feedback: Mapping[int, StepError] | None,
+        plan_version: int,
+    ) -> list[StepResult]:
         self._slots = {}  # semaphores belong to the running loop: new ones per run
         self._settings = {}  # the configuration may have changed since the last run
         if self.trace is None:
-            return await self._run(plan, prior=prior, feedback=feedback, plan_version=plan_version)
-        await self.trace.start_attempt(plan_version, len(plan.steps))
+            return await self._run(
+                source, prior=prior, feedback=feedback, plan_version=plan_version
+            )
+        await self.trace.start_attempt(plan_version, steps)
         try:
             results = await self._run(
-                plan, prior=prior, feedback=feedback, plan_version=plan_version
+                source, prior=prior, feedback=feedback, plan_version=plan_version
             )
         except BaseException as exc:
             await self.trace.end_attempt(None, exc)
@@ -498,9 +547,28 @@ class Executor:
         await self.trace.end_attempt(results)
         return results
 
+    def may_start_early(self, step: Step) -> bool:
+        """Whether a step may start before the plan is complete.
+
+        Only a step whose tool is known and safe (read-only or idempotent, not
+        destructive; `planexec.tools.ToolHints.safe`) with readable arguments, or a
+        reasoning step (no tool, no server to select one from): what it does cannot
+        matter if a later draft drops it. Everything else waits for the whole plan and
+        its checks.
+        """
+        if not step.args_valid or step.cut_off:
+            return False
+        if step.tool is None:
+            return not step.selects_tool
+        try:
+            spec = self.catalog.lookup(step.tool, step.server)
+        except KeyError:  # ambiguous: the whole plan's checks decide
+            return False
+        return spec is not None and spec.hints.safe
+
     async def _run(
         self,
-        plan: Plan,
+        source: PlanComplete | AsyncIterator[FeedItem],
         *,
         prior: Mapping[int, StepResult] | None = None,
         feedback: Mapping[int, StepError] | None = None,
@@ -509,8 +577,9 @@ class Executor:
         """Run a plan and return one result per step, in completion order.
 
         Args:
-            plan: A (checked) plan.
-            prior: Results from earlier runs or plan attempts. A step of ``plan`` whose
+            source: The whole plan (a `PlanComplete`), or a feed of its steps as they
+                arrive, ending with `PlanComplete` (see `run_feed`).
+            prior: Results from earlier runs or plan attempts. A step of the plan whose
                 prior result SUCCEEDED is not run again: its result is reused (emitted
                 as `StepFinished` with a ``reused`` note). Every prior result is visible
                 to references.
@@ -527,86 +596,38 @@ class Executor:
                 unfinished step was first recorded as CANCELLED (see ``results``).
         """
         self._plan_version = plan_version
-        self._dialect = plan.dialect
         self._last_cancelled = False
         self._last_cancel_reason = None
-        feedback = feedback or {}
         self.results = {}
         self.reused = set()
+        self.discarded = []
+        self._early = set()
         for sid, result in (prior or {}).items():
             self.results[sid] = result
-        view = MappingProxyType(self.results)
-        order: list[int] = []
-
-        plan_ids = set(plan.ids)
-        steps = {s.id: s for s in plan.steps}
-        # Steps reused from prior results.
-        for s in plan.steps:
-            pr = self.results.get(s.id)
-            if pr is not None and pr.status is StepStatus.SUCCEEDED:
-                reused = replace(pr, note=_join_note(pr.note, REUSED_NOTE), reused=True)
-                self.results[s.id] = reused
-                self.reused.add(s.id)
-                order.append(s.id)
-                step_log(self.run_id, s.id).info("step {} reused from a prior result", s.id)
-                await self.bus.emit(
-                    StepFinished(run_id=self.run_id, result=reused, plan_version=plan_version)
-                )
-        to_run = [s for s in steps.values() if s.id not in order]
-        for s in to_run:
-            self.results.pop(s.id, None)  # an earlier failure of a step that runs again
-        pending_ids = {s.id for s in to_run}
-
-        # Dependency graph among the steps still to run.
-        waiting: dict[int, int] = {}
-        dependents: dict[int, list[int]] = {sid: [] for sid in pending_ids}
-        for s in to_run:
-            deps = {d for d in s.deps if d in pending_ids}
-            waiting[s.id] = len(deps)
-            for d in deps:
-                dependents[d].append(s.id)
-        ready: deque[int] = deque(s.id for s in to_run if waiting[s.id] == 0)
-        running: dict[int, asyncio.Task[Any]] = {}
-        finished: asyncio.Queue[int | None] = asyncio.Queue()
+        sched = _Schedule(dict(prior or {}), feedback or {}, MappingProxyType(self.results))
+        finished: asyncio.Queue[int | _Fed | None] = asyncio.Queue()
         self._finished = finished
-        limit = self.config.max_concurrency
+        pump: asyncio.Task[None] | None = None
+        if isinstance(source, PlanComplete):
+            self._dialect = source.plan.dialect
+            await self._complete(sched, source)
+        else:
+            self._dialect = None
+            pump = asyncio.create_task(_pump(source, finished))
         run_timeout = self.config.run_timeout
         timer = (
             asyncio.get_running_loop().call_later(run_timeout, self._run_timed_out, run_timeout)
             if run_timeout is not None
             else None
         )
-
         try:
-            while ready or running:
-                if self._cancel.is_set():
-                    break
-                while ready and len(running) < limit:
-                    sid = ready.popleft()
-                    task = asyncio.create_task(
-                        self._step_task(steps[sid], view, feedback.get(sid), plan_ids)
-                    )
-                    task.add_done_callback(functools.partial(_notify, finished, sid))
-                    running[sid] = task
-                done_sid = await finished.get()
-                if done_sid is None or done_sid not in running:
-                    continue  # a wake-up from `cancel`
-                done_task = running.pop(done_sid)
-                if not done_task.cancelled() and done_task.exception() is not None:
-                    # An event subscriber (e.g. the run store) failed: stop the run.
-                    await self._cancel_rest(to_run, running, order)
-                    raise done_task.exception()  # type: ignore[misc]
-                order.append(done_sid)
-                if _waits(self.results.get(done_sid)):
-                    continue  # its dependents wait with it (approval)
-                for dep in dependents[done_sid]:
-                    waiting[dep] -= 1
-                    if waiting[dep] == 0:
-                        ready.append(dep)
+            await self._schedule(sched, finished)
         except asyncio.CancelledError:
-            await self._cancel_rest(to_run, running, order)
+            await self._cancel_rest(sched.pending(), sched.running, sched.order)
             raise
         finally:
+            if pump is not None and not pump.done():
+                pump.cancel()
             if timer is not None:
                 timer.cancel()
             self._finished = None
@@ -615,14 +636,174 @@ class Executor:
             self._last_cancel_reason = self._cancel_reason if cancelled else None
             self._cancel_reason = None
         if cancelled:
-            await self._cancel_rest(to_run, running, order)
-        elif len(order) < len(steps):
+            await self._cancel_rest(sched.pending(), sched.running, sched.order)
+        elif len(sched.done) < len(sched.steps):
             # Whatever is left waits on a dependency cycle.
-            held = _held(to_run, self.results)  # behind a step waiting for approval
+            held = _held(list(sched.steps.values()), self.results)  # behind a waiting step
             await self._fail_cycle(
-                [s for s in to_run if s.id not in self.results and s.id not in held], order
+                [s for s in sched.steps.values() if s.id not in self.results and s.id not in held],
+                sched.order,
             )
-        return [self.results[sid] for sid in order if sid in steps]
+        return [self.results[sid] for sid in sched.order if sid in sched.steps]
+
+    async def _schedule(self, sched: _Schedule, finished: asyncio.Queue[int | _Fed | None]) -> None:
+        """The scheduler loop: start ready steps, take finished ones and feed items."""
+        limit = self.config.max_concurrency
+        while not sched.complete or sched.ready or sched.running:
+            if self._cancel.is_set():
+                break
+            while sched.ready and len(sched.running) < limit:
+                sid = sched.ready.popleft()
+                if not sched.complete:
+                    self._early.add(sid)
+                task = asyncio.create_task(
+                    self._step_task(
+                        sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
+                    )
+                )
+                task.add_done_callback(functools.partial(_notify, finished, sid))
+                sched.running[sid] = task
+            item = await finished.get()
+            if isinstance(item, _Fed):
+                await self._take(sched, item.item)
+                continue
+            if item is None or item not in sched.running or not sched.running[item].done():
+                continue  # a wake-up from `cancel`, or a withdrawn step's late notice
+            done_task = sched.running.pop(item)
+            if not done_task.cancelled() and done_task.exception() is not None:
+                # An event subscriber (e.g. the run store) failed: stop the run.
+                await self._cancel_rest(sched.pending(), sched.running, sched.order)
+                raise done_task.exception()  # type: ignore[misc]
+            # a step waiting for approval holds its dependents back with it
+            sched.finished(item, release=not _waits(self.results.get(item)))
+
+    # ------------------------------------------------------------------ arrivals
+
+    async def _take(self, sched: _Schedule, item: FeedItem | None) -> None:
+        """Apply one feed item (None: the feed ended without `PlanComplete`)."""
+        if item is None:
+            if not sched.complete:
+                empty = Plan(steps=(), dialect=self._dialect or "hashstep")
+                await self._complete(sched, PlanComplete(empty, reason="the reply held no plan"))
+        elif isinstance(item, StepArrived):
+            if item.dialect is not None:
+                self._dialect = item.dialect
+            known = sched.steps.get(item.step.id)
+            if known is not None and same_work(known, item.step):
+                sched.steps[item.step.id] = item.step
+                return
+            if known is not None:
+                await self._withdraw(sched, item.step.id, "a new version of it arrived")
+            await self._admit(sched, item.step)
+        elif isinstance(item, StepWithdrawn):
+            await self._withdraw(sched, item.step_id, item.reason)
+        else:
+            await self._complete(sched, item)
+
+    async def _admit(self, sched: _Schedule, step: Step) -> None:
+        sid = step.id
+        sched.steps[sid] = step
+        sched.ids.add(sid)
+        pr = sched.prior.get(sid)
+        if pr is not None and pr.status is StepStatus.SUCCEEDED:
+            reused = replace(pr, note=_join_note(pr.note, REUSED_NOTE), reused=True)
+            self.results[sid] = reused
+            self.reused.add(sid)
+            step_log(self.run_id, sid).info("step {} reused from a prior result", sid)
+            await self.bus.emit(
+                StepFinished(run_id=self.run_id, result=reused, plan_version=self._plan_version)
+            )
+            sched.finished(sid)
+            return
+        same = sched.spare.pop(_call_key(step), None) if sched.spare and not step.refs else None
+        if same is not None:  # the same call ran under another id while the plan streamed
+            note = f"reused: the same call ran as step {same.step_id} while the plan streamed"
+            reused = replace(same, step_id=sid, note=note, reused=True)
+            self.results[sid] = reused
+            self.reused.add(sid)
+            step_log(self.run_id, sid).info("step {}: {}", sid, note)
+            await self.bus.emit(
+                StepFinished(run_id=self.run_id, result=reused, plan_version=self._plan_version)
+            )
+            sched.finished(sid)
+            return
+        self.results.pop(sid, None)  # an earlier failure of a step that runs again
+        sched.wait(step, early=sched.complete or self.may_start_early(step))
+
+    async def _withdraw(self, sched: _Schedule, sid: int, reason: str) -> None:
+        """Take a step back: cancel it or discard its result, and those of its users."""
+        step = sched.steps.get(sid)
+        if step is None:
+            return
+        for other in sched.started_users(sid):
+            await self._discard(sched, other, f"it used the result of step {sid}, withdrawn")
+            sched.wait(sched.steps[other], early=sched.complete or self.may_start_early(
+                sched.steps[other]))
+        await self._discard(sched, sid, reason)
+        sched.forget(sid)
+
+    async def _discard(self, sched: _Schedule, sid: int, reason: str) -> None:
+        """Cancel a running step or take back its result (no-op if it never started)."""
+        task = sched.running.pop(sid, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        ended = sid in sched.done
+        sched.unstart(sid)
+        result = self.results.get(sid)
+        if result is None or (task is None and not ended):
+            return
+        if sid in self.reused:
+            self.reused.discard(sid)
+        else:
+            step = sched.steps.get(sid)
+            if ended and result.ok and step is not None and step.tool and not step.refs:
+                sched.spare.setdefault(_call_key(step), result)  # for the same call elsewhere
+            self.discarded.append(result)
+            message = (
+                f"step {sid} ({result.tool or 'reasoning'}) started while the plan was "
+                f"streamed; {'cancelled' if task is not None else 'its result discarded'}: "
+                f"{reason}"
+            )
+            step_log(self.run_id, sid).warning(message)
+            await self.bus.emit(
+                StepDiscarded(
+                    run_id=self.run_id,
+                    step_id=sid,
+                    tool=result.tool,
+                    status=str(result.status),
+                    reason=reason,
+                    plan_version=self._plan_version,
+                )
+            )
+        del self.results[sid]
+        self._early.discard(sid)
+        if sid in sched.prior:
+            self.results[sid] = sched.prior[sid]
+
+    async def _complete(self, sched: _Schedule, item: PlanComplete) -> None:
+        """The whole plan: withdraw what it does not hold as arrived, admit the rest."""
+        plan = item.plan
+        self._dialect = plan.dialect
+        for sid, result in item.prior.items():
+            sched.prior[sid] = result
+            if sid not in sched.steps:
+                self.results[sid] = result
+        final = {s.id: s for s in plan.steps}
+        for sid in list(sched.steps):
+            last = final.get(sid)
+            if last is None or not same_work(last, sched.steps[sid]):
+                await self._withdraw(sched, sid, item.reason)
+            else:
+                sched.steps[sid] = last  # the same work: its run (if any) stands
+        new = [s for s in plan.steps if s.id not in sched.steps]
+        for s in new:  # all known before any waits, so a cycle among them is seen
+            sched.steps[s.id] = s
+            sched.ids.add(s.id)
+        for s in new:
+            await self._admit(sched, s)
+        sched.complete = True
+        sched.release_all()
 
     # ------------------------------------------------------------------ scheduling
 
@@ -679,6 +860,8 @@ class Executor:
             order.append(s.id)
 
     async def _finish(self, result: StepResult) -> None:
+        if result.step_id in self._early:
+            result = replace(result, streamed=True)
         self.results[result.step_id] = result
         if self.bus.listening:
             await self.bus.emit(
@@ -1491,8 +1674,145 @@ def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
         waiter.set_result(None)
 
 
-def _notify(queue: asyncio.Queue[int | None], sid: int, _task: asyncio.Task[Any]) -> None:
+def _notify(queue: asyncio.Queue[Any], sid: int, _task: asyncio.Task[Any]) -> None:
     queue.put_nowait(sid)
+
+
+def _call_key(step: Step) -> str:
+    """The call a step makes, as text: tool, server and arguments (as written)."""
+    return json.dumps(
+        [step.tool, step.server, to_jsonable(step.args), to_jsonable(list(step.positional))],
+        sort_keys=True,
+        default=str,
+    )
+
+
+@dataclass(frozen=True)
+class _Fed:
+    """A feed item on the scheduler's queue (``item`` None: the feed ended)."""
+
+    item: FeedItem | None
+
+
+async def _pump(feed: AsyncIterator[FeedItem], queue: asyncio.Queue[Any]) -> None:
+    """Move a feed's items onto the scheduler's queue, then its end."""
+    async for item in feed:
+        queue.put_nowait(_Fed(item))
+        if isinstance(item, PlanComplete):
+            return
+    queue.put_nowait(_Fed(None))
+
+
+class _Schedule:
+    """The scheduler's state for one run: steps known, waiting, ready, running, done."""
+
+    def __init__(
+        self,
+        prior: dict[int, StepResult],
+        feedback: Mapping[int, StepError],
+        view: Mapping[int, StepResult],
+    ) -> None:
+        self.prior = prior
+        self.feedback = feedback
+        self.view = view
+        self.steps: dict[int, Step] = {}
+        self.ids: set[int] = set()
+        """The ids of the steps known (a live set: a step's references are checked in it)."""
+        self.complete = False
+        self.blockers: dict[int, set[int]] = {}
+        """Steps not started, with the dependencies they still wait for."""
+        self.waiters: dict[int, set[int]] = {}
+        """For a step id, the steps whose blockers hold it."""
+        self.held: set[int] = set()
+        """Steps not started that wait for the whole plan (not safe to start early)."""
+        self.ready: deque[int] = deque()
+        self.running: dict[int, asyncio.Task[Any]] = {}
+        self.done: set[int] = set()
+        self.order: list[int] = []
+        self.spare: dict[str, StepResult] = {}
+        """Succeeded results of withdrawn steps without references, by call
+        (`_call_key`): a step making the same call reuses one instead of running."""
+
+    def pending(self) -> list[Step]:
+        """The steps with no result in this run yet."""
+        return [s for sid, s in self.steps.items() if sid not in self.done]
+
+    def wait(self, step: Step, *, early: bool) -> None:
+        """Queue a step: it starts when its dependencies are done (and it may start)."""
+        sid = step.id
+        self.blockers[sid] = {
+            d
+            for d in step.deps
+            if d != sid
+            and (
+                (d in self.steps and d not in self.done)
+                or (not self.complete and d not in self.steps and d not in self.view)
+            )
+        }
+        for d in self.blockers[sid]:
+            self.waiters.setdefault(d, set()).add(sid)
+        if not early:
+            self.held.add(sid)
+        self._check(sid)
+
+    def _check(self, sid: int) -> None:
+        if not self.blockers.get(sid, True) and sid not in self.held:
+            del self.blockers[sid]
+            self.ready.append(sid)
+
+    def finished(self, sid: int, *, release: bool = True) -> None:
+        """A step has its result; ``release``: its dependents may go on."""
+        self.done.add(sid)
+        self.order.append(sid)
+        if not release:
+            return
+        for other in self.waiters.pop(sid, ()):
+            deps = self.blockers.get(other)
+            if deps is not None and sid in deps:
+                deps.discard(sid)
+                self._check(other)
+
+    def started_users(self, sid: int) -> list[int]:
+        """Steps that started or finished using this step's result (transitively)."""
+        out: list[int] = []
+        todo = [sid]
+        while todo:
+            cur = todo.pop()
+            for other, step in self.steps.items():
+                if other in out or other == sid or cur not in step.deps:
+                    continue
+                if other in self.running or other in self.done:
+                    out.append(other)
+                    todo.append(other)
+        return out
+
+    def unstart(self, sid: int) -> None:
+        """Forget a step's start and end (it was cancelled or its result discarded)."""
+        self.done.discard(sid)
+        if sid in self.order:
+            self.order.remove(sid)
+        if sid in self.ready:
+            self.ready.remove(sid)
+        self.blockers.pop(sid, None)
+        self.held.discard(sid)
+
+    def forget(self, sid: int) -> None:
+        """Drop a withdrawn step; the steps waiting for it wait for its successor."""
+        self.unstart(sid)
+        self.steps.pop(sid, None)
+        self.ids.discard(sid)
+        for other, step in self.steps.items():
+            if other in self.blockers and sid in step.deps and not self.complete:
+                self.blockers[other].add(sid)
+                self.waiters.setdefault(sid, set()).add(other)
+
+    def release_all(self) -> None:
+        """The plan is complete: nothing is held, nobody waits for a step never written."""
+        self.held.clear()
+        for sid in list(self.blockers):
+            self.blockers[sid] &= set(self.steps)
+            self.blockers[sid] -= self.done
+            self._check(sid)
 
 
 def _named(step_id: int, message: str) -> str:

@@ -38,7 +38,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from planexec._log import run_log
-from planexec._models import ModelClient, as_client
+from planexec._models import ModelClient, ReplySink, as_client
 from planexec.errors import ConfigError, ModelError, PlanParseError
 from planexec.evaluation import cut
 from planexec.events import EventBus, FallbackUsed
@@ -680,6 +680,7 @@ class Planner:
         run_id: str = "-",
         bus: EventBus | None = None,
         catalog: ToolCatalog | None = None,
+        sink: ReplySink | None = None,
     ) -> PlannerOutcome:
         """Ask for a plan, re-prompting with the diagnostics within ``max_reprompts``.
 
@@ -692,6 +693,8 @@ class Planner:
             bus: Where `FallbackUsed` events for re-prompts go.
             catalog: The catalog to check against (default: the planner's; the agent
                 passes one that also holds the ``final_answer`` tool of a typed output).
+            sink: Takes each text reply as it streams (`planexec.streaming.PlanStream`);
+                structured replies are not streamed.
 
         Raises:
             ModelError: the model call failed after its retries.
@@ -718,7 +721,11 @@ class Planner:
                 if reply is None:  # the structured call failed: ask for text from here on
                     structured = False
                     messages = first_messages(self.dialect == "json")
-            text = reply if reply is not None else await client.complete(messages, purpose="plan")
+            text = (
+                reply
+                if reply is not None
+                else await client.complete(messages, purpose="plan", sink=sink)
+            )
             replies.append(text)
             plan, error = self._parse(text, "json" if structured else None)
             problems: list[str]

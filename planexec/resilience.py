@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -34,7 +34,7 @@ from tenacity import (
 )
 
 from planexec._log import run_log
-from planexec._models import ModelCall, ModelClient
+from planexec._models import ModelCall, ModelClient, ReplySink
 from planexec.errors import CircuitOpenError, ConfigError, ModelError, ModelTimeoutError
 from planexec.events import EventBus, FallbackUsed
 from planexec.results import Usage
@@ -472,18 +472,12 @@ class ResilientModelClient(ModelClient):
         self.retry_if = retry_if
         """Which errors are retried."""
 
-    async def _invoke(self, messages: Sequence[BaseMessage], call: ModelCall) -> Any:
-        if not self.stream:
+    async def _invoke(
+        self, messages: Sequence[BaseMessage], call: ModelCall, sink: ReplySink | None = None
+    ) -> Any:
+        if not self.stream and sink is None:
             return await super()._invoke(messages, call)
-        merged: Any = None
-        stream: AsyncIterator[Any] = self.model.astream(
-            list(messages), config=self._config(call)
-        )
-        async for chunk in stream:
-            merged = chunk if merged is None else merged + chunk
-        if merged is None:
-            raise ModelError("model stream ended without any chunk")
-        return merged
+        return await self._stream_into(messages, call, sink)
 
     async def complete(
         self,
@@ -492,8 +486,11 @@ class ResilientModelClient(ModelClient):
         purpose: str,
         step_id: int | None = None,
         keys: Sequence[str] = (),
+        sink: ReplySink | None = None,
     ) -> str:
         """Send ``messages`` and return the reply's text, retrying transient errors.
+
+        With ``sink``, each attempt streams into it (`ReplySink.begin` starts each one).
 
         Raises:
             CircuitOpenError: the model's breaker is open (no call was made).
@@ -505,7 +502,7 @@ class ResilientModelClient(ModelClient):
             self.breaker.before_call()
             try:
                 text = await ModelClient.complete(
-                    self, messages, purpose=purpose, step_id=step_id, keys=keys
+                    self, messages, purpose=purpose, step_id=step_id, keys=keys, sink=sink
                 )
             except asyncio.CancelledError:
                 self.breaker.release()

@@ -399,6 +399,8 @@ class StepResult:
     """A remark that is not an error (why a step was skipped, a warning kept)."""
     reused: bool = False
     """Taken from an earlier result (a resume or a re-plan) instead of running again."""
+    streamed: bool = False
+    """Started before the planner's reply was complete (`planexec.streaming`)."""
     failure: StepError | None = None
     """Why the step did not succeed, as data; None on success (and for a skipped step)."""
     grounding: dict[str, Grounding] = field(default_factory=dict)
@@ -455,6 +457,7 @@ class StepResult:
             "duration": self.duration,
             "note": self.note,
             "reused": self.reused,
+            "streamed": self.streamed,
             "failure": self.failure.to_dict() if self.failure else None,
             "grounding": {k: g.to_dict() for k, g in self.grounding.items()},
         }

@@ -10,6 +10,10 @@
   test answers by what the call is for, never by reading prompt text. With
   ``structured=True`` it also plays a model with native structured output
   (``with_structured_output``); by default it is text-only, like `ScriptedChatModel`.
+- `StreamingModel`: a `FunctionModel` that streams its reply (``astream``) in chunks at
+  a given token rate, paced by a `FakeClock` (or real time) and an optional ``gate``
+  awaited before each chunk, so a test can play a slow real model without sleeping.
+- `FakeClock`: time that passes only when a test says so (`FakeClock.advance`).
 - `fake_tool`: a langchain-core tool with a canned output, error or latency, that
   records its calls.
 """
@@ -17,9 +21,11 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +34,8 @@ from langchain_core.callbacks import (
     CallbackManagerForLLMRun,
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
@@ -37,11 +43,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 from planexec._models import ModelCall
 
 __all__ = [
+    "FakeClock",
     "FunctionChatModel",
     "FunctionModel",
     "ModelCall",
     "ScriptExhaustedError",
     "ScriptedChatModel",
+    "StreamingModel",
     "ToolCallLog",
     "fake_tool",
     "messages_text",
@@ -292,6 +300,158 @@ class FunctionModel(ScriptedChatModel):
         if asyncio.iscoroutine(out):
             out = await out
         return self._result(str(out))
+
+
+class FakeClock:
+    """Time that passes only when told: `sleep` waits until `advance` reaches its end.
+
+    Example:
+        >>> async def demo() -> list[str]:
+        ...     clock, seen = FakeClock(), []
+        ...     async def sleeper() -> None:
+        ...         await clock.sleep(1.0)
+        ...         seen.append(f"woke at {clock.now}")
+        ...     task = asyncio.create_task(sleeper())
+        ...     await asyncio.sleep(0)  # the sleeper starts sleeping at 0.0
+        ...     await clock.advance(0.5)
+        ...     seen.append("half way")
+        ...     await clock.advance(0.5)
+        ...     await task
+        ...     return seen
+        >>> asyncio.run(demo())
+        ['half way', 'woke at 1.0']
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        """Seconds of fake time since the clock was made."""
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    @property
+    def sleeping(self) -> int:
+        """How many `sleep` calls are waiting."""
+        return sum(1 for _, _, f in self._sleepers if not f.done())
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock has advanced by ``seconds``."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now + max(0.0, seconds), next(self._seq), fut))
+        await fut
+
+    async def advance(self, seconds: float) -> None:
+        """Move time on by ``seconds``, waking each sleeper due (in time order)."""
+        target = self.now + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            due, _, fut = heapq.heappop(self._sleepers)
+            self.now = max(self.now, due)
+            if not fut.done():
+                fut.set_result(None)
+                await asyncio.sleep(0)  # let the sleeper run before the next one wakes
+        self.now = target
+
+
+class StreamingModel(FunctionModel):
+    """A `FunctionModel` that streams its reply in chunks, like a real model decoding.
+
+    ``astream`` (what planexec uses when `planexec.config.PlannerSettings.stream` is on)
+    yields the reply ``tokens_per_chunk`` tokens at a time (a token is
+    ``chars_per_token`` characters), waiting ``tokens_per_chunk / tokens_per_second``
+    seconds of ``clock`` before each chunk (real time when no clock is given; no wait
+    when ``tokens_per_second`` is None) and awaiting ``gate(index, text_so_far)`` when one
+    is given, so a test decides when each chunk goes out. ``ainvoke`` answers with the
+    whole reply after the time the whole stream takes (one wait; no gate).
+
+    Example:
+        >>> model = StreamingModel(function=lambda call, messages: "#Task1: list sites",
+        ...                        chars_per_token=4, tokens_per_chunk=2)
+        >>> async def chunks() -> list[str]:
+        ...     return [c.content async for c in model.astream("plan") if c.content]
+        >>> asyncio.run(chunks())
+        ['#Task1: ', 'list sit', 'es']
+    """
+
+    tokens_per_second: float | None = None
+    """Decoding speed; None: no waiting between chunks."""
+    chars_per_token: int = 4
+    """Characters per token (a rough rule for English text)."""
+    tokens_per_chunk: int = 1
+    """Tokens per streamed chunk."""
+    clock: Any = None
+    """Where the waits happen: a `FakeClock` (or anything with ``async sleep(seconds)``);
+    None: real time (``asyncio.sleep``), for benchmarks."""
+    gate: Callable[[int, str], Awaitable[None]] | None = None
+    """Awaited before chunk ``index`` goes out, with the reply's text sent so far."""
+    chunk_times: list[float] = Field(default_factory=list)
+    """When each chunk went out (the clock's ``now`` or ``time.perf_counter()``)."""
+
+    _stream_call: ModelCall | None = PrivateAttr(default=None)
+
+    def _now(self) -> float:
+        return float(self.clock.now) if self.clock is not None else time.perf_counter()
+
+    async def astream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """Stream the reply; the `ModelCall` is read from ``config`` here.
+
+        (langchain gives ``_astream`` no run manager to read it from.)
+        """
+        self._stream_call = ModelCall.from_metadata((config or {}).get("metadata"))
+        async for chunk in super().astream(input, config, stop=stop, **kwargs):
+            yield chunk
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        call, self._stream_call = self._stream_call, None
+        if call is not None and run_manager is None:
+            self._calls.append(call)
+            self._requests.append(list(messages))
+            out = self.function(call, list(messages))
+        else:
+            out = self._ask(messages, run_manager)
+        if asyncio.iscoroutine(out):
+            out = await out
+        text = str(out)
+        size = max(1, self.chars_per_token * self.tokens_per_chunk)
+        delay = self.tokens_per_chunk / self.tokens_per_second if self.tokens_per_second else 0.0
+        sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
+        begun = self._now()
+        for index, start in enumerate(range(0, max(len(text), 1), size)):
+            if delay:  # against the start, so waits do not add up their overshoots
+                await sleep(max(0.0, begun + (index + 1) * delay - self._now()))
+            if self.gate is not None:
+                await self.gate(index, text[:start])
+            self.chunk_times.append(self._now())
+            yield ChatGenerationChunk(message=AIMessageChunk(content=text[start : start + size]))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        out = self._ask(messages, run_manager)
+        if asyncio.iscoroutine(out):
+            out = await out
+        text = str(out)
+        if self.tokens_per_second:
+            size = max(1, self.chars_per_token * self.tokens_per_chunk)
+            chunks = max(1, -(-len(text) // size))
+            sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
+            await sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
+        return self._result(text)
 
 
 @dataclass

@@ -755,7 +755,9 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
     One bar per step (the latest result of each plan version); a step whose earlier
     result was reused (`StepResult.reused`) is a ``REUSED`` bar of no length at the time it
     was reused, since it did not run again; one ``PLANNER`` bar per call of the
-    planner's model (`planexec.events.LLMCalled` with purpose ``plan``).
+    planner's model (`planexec.events.LLMCalled` with purpose ``plan``), labelled
+    ``planner stream`` when its reply streamed into the executor, with the steps that
+    started under it labelled ``(streamed)``.
 
     Raises:
         RunNotFoundError: no such run.
@@ -783,9 +785,10 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
             continue
         start = (r.started_at if r.started_at is not None else s.recorded_at or t0) - t0
         provenance, filled = _provenance(r)
+        streamed = " (streamed)" if r.streamed else ""  # started under the planner's stream
         bars.append(
             TimelineBar(
-                label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'}",
+                label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'}{streamed}",
                 start=max(0.0, start),
                 duration=max(0.0, r.duration or 0.0),
                 status=str(r.status),
@@ -814,7 +817,7 @@ def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[Timelin
         ok = e.get("ok", True)
         bars.append(
             TimelineBar(
-                label=f"planner call {i}",
+                label=f"planner {'stream' if e.get('streamed') else 'call'} {i}",
                 start=max(0.0, float(e.get("ts") or t0) - duration - t0),
                 duration=duration,
                 status="PLANNER",

@@ -42,8 +42,8 @@ EXPORT_FORMAT = "planexec.run/1"
 """The ``format`` field of `RunStore.export` documents."""
 
 CHECKPOINT_EVENTS = frozenset(
-    {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "RecoveryDecided",
-     "RunFinished", "ApprovalRequested", "ApprovalDecided"}
+    {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "StepDiscarded",
+     "RecoveryDecided", "RunFinished", "ApprovalRequested", "ApprovalDecided"}
 )
 """Events that are committed before `RunStore.handle` returns (see `is_checkpoint`).
 

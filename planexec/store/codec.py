@@ -218,6 +218,7 @@ def result_from_json(data: dict[str, Any]) -> StepResult:
         server=data.get("server"),
         note=data.get("note"),
         reused=bool(data.get("reused", False)),
+        streamed=bool(data.get("streamed", False)),
         failure=StepError.from_dict(failure) if failure else None,
         grounding={k: Grounding.from_dict(v) for k, v in (data.get("grounding") or {}).items()},
     )

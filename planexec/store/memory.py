@@ -112,6 +112,8 @@ class MemoryRunStore:
                 state.steps[key] = (self._seq, result, event.ts)
                 if result["status"] == str(StepStatus.FAILED) and result.get("error_kind"):
                     state.error_kind = result["error_kind"]
+            elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
+                state.steps.pop((int(data.get("plan_version", 1)), int(data["step_id"])), None)
             elif kind == "RecoveryDecided" and data.get("error_kind"):
                 state.error_kind = data["error_kind"]
             elif kind == "RunFinished":

@@ -842,6 +842,11 @@ class SQLiteRunStore:
                     "UPDATE runs SET error_kind = ? WHERE run_id = ?",
                     (result["error_kind"], run_id),
                 )
+        elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
+            conn.execute(
+                "DELETE FROM step_results WHERE run_id = ? AND plan_version = ? AND step_id = ?",
+                (run_id, int(data.get("plan_version", 1)), int(data["step_id"])),
+            )
         elif kind == "RecoveryDecided" and data.get("error_kind"):
             conn.execute(
                 "UPDATE runs SET error_kind = ? WHERE run_id = ?", (data["error_kind"], run_id)
