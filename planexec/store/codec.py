@@ -188,6 +188,7 @@ def result_to_json(result: StepResult) -> dict[str, Any]:
         "duration": result.duration,
         "note": result.note,
         "reused": result.reused,
+        "streamed": result.streamed,
         "failure": failure.to_dict() if failure else None,
         "grounding": {k: g.to_dict() for k, g in result.grounding.items()},
     }
