@@ -137,12 +137,15 @@ class PlanStream:
 
     # -- ReplySink --------------------------------------------------------------------
 
-    async def begin(self) -> None:
+    async def begin(self, *, structured: bool = False) -> None:
         """A new reply (or a new attempt at one) starts: parse it afresh.
 
+        A structured reply (the JSON text of a plan asked for through structured output)
+        is parsed in the json dialect, as the planner parses its value.
         What earlier replies sent stays with the executor until the final plan decides.
         """
-        self.parser = StreamingPlanParser(self.dialect, draft_policy=self.draft_policy)
+        dialect = "json" if structured else self.dialect
+        self.parser = StreamingPlanParser(dialect, draft_policy=self.draft_policy)
 
     async def chunk(self, text: str) -> None:
         """Parse the next piece; send what became complete or was withdrawn."""
