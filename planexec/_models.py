@@ -330,8 +330,9 @@ class _StructuredModel:
             raise ModelError("the structured model stream ended without a value")
         if sink is not None:
             await sink.end()
-        if isinstance(out, dict) and "raw" in out and "parsed" in out:
-            self.parsed = out["parsed"]
+        if isinstance(out, dict) and "raw" in out:
+            # streamed, the parser yields nothing (no "parsed") for a reply it cannot read
+            self.parsed = out.get("parsed")
             error = out.get("parsing_error")
             self.error = None if error is None else repr(error)
             raw = out["raw"]
