@@ -13,7 +13,8 @@ Planner modes (``planner.mode``): with ``structured`` output the model is asked,
 default) uses structured output when the model has it and text otherwise; a model
 without it, or a structured call that fails, gets the text prompt instead, with a
 `FallbackUsed` event of code ``PLANNER_MODE``. Structured plans go through the same
-checks and re-prompts.
+checks and re-prompts, and stream into the same sink as text plans
+(`ModelClient.complete_structured`).
 
 On a re-plan the prompt also holds the previous plan, the steps that succeeded (outputs
 cut to a budget), the steps that failed and why, and the lessons so far. Succeeded steps

@@ -13,6 +13,9 @@
 - `StreamingModel`: a `FunctionModel` that streams its reply (``astream``) in chunks at
   a given token rate, paced by a `FakeClock` (or real time) and an optional ``gate``
   awaited before each chunk, so a test can play a slow real model without sleeping.
+  With ``structured=True`` its structured output streams too: a tool call whose
+  arguments come in chunks (langchain's own ``with_structured_output``), or JSON-mode
+  content (``structured_method="json_mode"``).
 - `FakeClock`: time that passes only when a test says so (`FakeClock.advance`).
 - `fake_tool`: a langchain-core tool with a canned output, error or latency, that
   records its calls.

@@ -238,3 +238,37 @@ def test_a_streamed_structured_plan_is_the_non_streamed_one(
     # the sink got the value's JSON text as the model wrote it (the oracle: the script)
     assert sink.begins == [True] and sink.ends == 1
     assert "".join(sink.chunks) == text
+
+
+async def test_a_streamed_structured_call_is_retried_from_the_start() -> None:
+    from planexec.parsing import plan_schema
+    from planexec.resilience import ResilientModelClient, RetryPolicy
+    from planexec.results import Usage
+
+    value = plan_value(step(1, "sites", {}))
+    model = structured_model([ConnectionError("reset"), value], "function_calling")
+    model.function = _raising(model.function)
+    usage = Usage()
+    client = ResilientModelClient(
+        model, usage=usage, retry=RetryPolicy(attempts=2, base_delay=0, jitter=0)
+    )
+    sink = Sink()
+    got = await client.complete_structured(
+        [], plan_schema(), purpose="plan", sink=sink
+    )
+    assert got == value
+    assert sink.begins == [True, True]  # the failed attempt, then the retry, from the start
+    assert "".join(sink.chunks) == json.dumps(value) and sink.ends == 1
+    assert usage.llm_calls == {"plan": 2}
+
+
+def _raising(function: Any) -> Any:
+    """``function``, raising the exceptions it returns (a scripted failure)."""
+
+    def call(call: ModelCall, messages: list[Any]) -> Any:
+        out = function(call, messages)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    return call
