@@ -316,15 +316,18 @@ class _StructuredModel:
         text = _StructuredText()
         out: Any = None
         found = False
+        root: Any = None  # the runnable's own run, the first event's (traced, it has parents)
         async for event in self.runnable.astream_events(messages, config=config, version="v2"):
             kind = event["event"]
+            if root is None:
+                root = event.get("run_id")
             if kind == "on_chat_model_stream":
                 restart, piece = text.take(event["data"].get("chunk"))
                 if sink is not None and restart:
                     await sink.begin(structured=True)
                 if sink is not None and piece:
                     await sink.chunk(piece)
-            elif kind == "on_chain_end" and not event.get("parent_ids"):
+            elif kind == "on_chain_end" and event.get("run_id") == root:
                 out, found = event["data"].get("output"), True
         if not found:
             raise ModelError("the structured model stream ended without a value")

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planexec import AgentConfig, PlanExecuteAgent
+from planexec._models import ModelClient
 from planexec.events import Event, FallbackUsed, LLMCalled
 from planexec.planner import Planner
 from planexec.testing import ModelCall, StreamingModel
@@ -272,3 +273,45 @@ def _raising(function: Any) -> Any:
         return out
 
     return call
+
+
+class PreambleModel(StreamingModel):
+    """Writes a line of prose as content before its tool call (as some providers may)."""
+
+    async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                       **kwargs: Any) -> Any:
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        yield ChatGenerationChunk(message=AIMessageChunk(content="Here is the plan: {"))
+        async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
+            yield chunk
+
+
+async def test_prose_before_the_tool_call_is_not_the_value_the_stream_restarts() -> None:
+    from planexec.parsing import plan_schema
+
+    value = plan_value(step(1, "sites", {}))
+    model = PreambleModel(function=lambda call, messages: value, structured=True)
+    sink = Sink()
+    got = await ModelClient(model).complete_structured([], plan_schema(), purpose="plan",
+                                                       sink=sink)
+    assert got == value
+    assert sink.begins == [True, True]  # the prose, then the tool call from the start
+    assert "".join(sink.chunks) == json.dumps(value)
+
+
+async def test_a_traced_run_streams_its_structured_plan_under_the_run() -> None:
+    from planexec.tracing import CallbackRecorder
+
+    tools = Tools()
+    value = plan_value(step(1, "sites", {}), step(2, "history", {"site_name": "MAIN"}, [1]))
+    recorder = CallbackRecorder()
+    agent = PlanExecuteAgent(
+        structured_model([value], "function_calling"), tools.tools, callbacks=[recorder]
+    )
+    run = await asyncio.wait_for(agent.run("clean up MAIN"), BOUND)
+    assert run.attempts[0].results[0].streamed and tools.calls("history") == 1
+    assert len(recorder.roots()) == 1  # the streamed structured call is parented in the run
+    names = [r["name"] for r in recorder.runs.values()]
+    assert "planexec:plan" in names
