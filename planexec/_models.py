@@ -327,7 +327,7 @@ class _StructuredModel:
                     await sink.begin(structured=True)
                 if sink is not None and piece:
                     await sink.chunk(piece)
-            elif kind == "on_chain_end" and event.get("run_id") == root:
+            elif kind.endswith("_end") and event.get("run_id") == root:
                 out, found = event["data"].get("output"), True
         if not found:
             raise ModelError("the structured model stream ended without a value")
