@@ -16,6 +16,7 @@ parented under the run's step or the run itself (``planexec:resolve step 3``).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -79,8 +80,14 @@ class ModelCall:
 class ReplySink(Protocol):
     """Takes a reply as the model streams it (`ModelClient.complete` with ``sink``)."""
 
-    async def begin(self) -> None:
-        """A new attempt at the reply starts (what came before belongs to a failed one)."""
+    async def begin(self, *, structured: bool = False) -> None:
+        """A new attempt at the reply starts (what came before belongs to a failed one).
+
+        Args:
+            structured: The reply is the JSON text of a structured value
+                (`ModelClient.complete_structured`): the raw model's tool-call arguments
+                or, in JSON mode, its content.
+        """
 
     async def chunk(self, text: str) -> None:
         """The next piece of the reply's text."""
@@ -151,6 +158,8 @@ class ModelClient:
         self, messages: Sequence[BaseMessage], call: ModelCall, sink: ReplySink | None
     ) -> Any:
         """Stream the reply (``model.astream``), handing each chunk's text to ``sink``."""
+        if isinstance(self.model, _StructuredModel):
+            return await self.model.stream_into(list(messages), self._config(call), sink)
         merged: Any = None
         if sink is not None:
             await sink.begin()
@@ -236,17 +245,27 @@ class ModelClient:
         *,
         purpose: str,
         step_id: int | None = None,
+        sink: ReplySink | None = None,
     ) -> dict[str, Any]:
         """Ask for structured output (``with_structured_output``) and return the value.
 
-        The call goes through `complete` (so a subclass's retries, breaker and streaming
-        choice apply; it is timed, counted under ``purpose`` and emits `LLMCalled`).
+        The call goes through `complete` (so a subclass's retries, breaker and timeout
+        apply; it is timed, counted under ``purpose`` and emits `LLMCalled`).
+
+        With ``sink``, the structured call streams (``astream_events``) and the sink gets
+        the value's JSON text as the raw model writes it (``ReplySink.begin`` with
+        ``structured=True``): the arguments of its first tool call (function calling),
+        or its content (JSON mode). The value returned is still the one the structured
+        output's own parser makes of the whole reply, and, for a tool call, only when
+        the streamed arguments are complete JSON (langchain's chunk merge would accept a
+        cut-off prefix, which the non-streamed call rejects).
 
         Args:
             messages: The prompt.
             schema: The JSON Schema of the value to return.
             purpose: What the call is for.
             step_id: The step it serves, if any.
+            sink: Takes the value's JSON text as it streams (`planexec.streaming`).
 
         Returns:
             The value the model returned, as a dict.
@@ -260,7 +279,7 @@ class ModelClient:
         clone = type(self).__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone.__dict__.update(model=box, stream=False)
-        await clone.complete(messages, purpose=purpose, step_id=step_id)
+        await clone.complete(messages, purpose=purpose, step_id=step_id, sink=sink)
         value = box.parsed
         if hasattr(value, "model_dump"):
             value = value.model_dump()
@@ -287,6 +306,86 @@ class _StructuredModel:
             return out["raw"]
         self.parsed = out
         return out
+
+    async def stream_into(
+        self, messages: list[BaseMessage], config: Any, sink: ReplySink | None
+    ) -> Any:
+        """Stream the structured call, handing the value's JSON text to ``sink``."""
+        if sink is not None:
+            await sink.begin(structured=True)
+        text = _StructuredText()
+        out: Any = None
+        found = False
+        root: Any = None  # the runnable's own run, the first event's (traced, it has parents)
+        async for event in self.runnable.astream_events(messages, config=config, version="v2"):
+            kind = event["event"]
+            if root is None:
+                root = event.get("run_id")
+            if kind == "on_chat_model_stream":
+                restart, piece = text.take(event["data"].get("chunk"))
+                if sink is not None and restart:
+                    await sink.begin(structured=True)
+                if sink is not None and piece:
+                    await sink.chunk(piece)
+            elif kind.endswith("_end") and event.get("run_id") == root:
+                out, found = event["data"].get("output"), True
+        if not found:
+            raise ModelError("the structured model stream ended without a value")
+        if sink is not None:
+            await sink.end()
+        if isinstance(out, dict) and "raw" in out:
+            # streamed, the parser yields nothing (no "parsed") for a reply it cannot read
+            self.parsed = out.get("parsed")
+            error = out.get("parsing_error")
+            self.error = None if error is None else repr(error)
+            raw = out["raw"]
+        else:
+            self.parsed, raw = out, out
+        if self.parsed is not None and text.tool_call:
+            try:
+                json.loads(text.text)
+            except ValueError as exc:
+                self.parsed = None
+                self.error = f"the streamed tool-call arguments are not complete JSON ({exc})"
+        return raw
+
+
+class _StructuredText:
+    """The JSON text of a structured reply, taken from the raw model's stream chunks.
+
+    Function calling: the arguments of the first tool call (``tool_call_chunks``); JSON
+    mode: the content. Content that came before a tool call is not the value: the
+    reply restarts at the tool call.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.tool_call = False
+        """Whether the value comes as a tool call's arguments."""
+        self._index: Any = None
+
+    @property
+    def text(self) -> str:
+        """The value's JSON text so far."""
+        return "".join(self.parts)
+
+    def take(self, chunk: Any) -> tuple[bool, str]:
+        """The piece of the value's text in ``chunk``, and whether the reply restarts."""
+        calls = list(getattr(chunk, "tool_call_chunks", None) or ())
+        restart = False
+        if calls:
+            if not self.tool_call:
+                self.tool_call, self._index = True, calls[0].get("index")
+                restart, self.parts = bool(self.text), []
+            piece = "".join(
+                str(c.get("args") or "") for c in calls if c.get("index") == self._index
+            )
+        elif self.tool_call or chunk is None:
+            return False, ""
+        else:
+            piece = message_text(chunk)
+        self.parts.append(piece)
+        return restart, piece
 
 
 def as_client(model: BaseChatModel | ModelClient | None) -> ModelClient | None:

@@ -751,8 +751,8 @@ class PlanExecuteAgent:
     def _open_stream(self, ctx: _RunCtx, replan: ReplanContext | None) -> PlanStream | None:
         """Start streaming the planner's next reply into the executor, when configured.
 
-        Only for a model that streams (`planexec.streaming.model_streams`) and a text
-        plan (a structured reply is not streamed; its stream then stays empty).
+        Only for a model that streams (`planexec.streaming.model_streams`); a plan asked
+        for through structured output streams its JSON text (the json dialect).
         """
         ps = self.config.planner
         if not ps.stream or ctx.client is None or not model_streams(ctx.client.model):

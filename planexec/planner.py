@@ -13,7 +13,8 @@ Planner modes (``planner.mode``): with ``structured`` output the model is asked,
 default) uses structured output when the model has it and text otherwise; a model
 without it, or a structured call that fails, gets the text prompt instead, with a
 `FallbackUsed` event of code ``PLANNER_MODE``. Structured plans go through the same
-checks and re-prompts.
+checks and re-prompts, and stream into the same sink as text plans
+(`ModelClient.complete_structured`).
 
 On a re-plan the prompt also holds the previous plan, the steps that succeeded (outputs
 cut to a budget), the steps that failed and why, and the lessons so far. Succeeded steps
@@ -693,8 +694,9 @@ class Planner:
             bus: Where `FallbackUsed` events for re-prompts go.
             catalog: The catalog to check against (default: the planner's; the agent
                 passes one that also holds the ``final_answer`` tool of a typed output).
-            sink: Takes each text reply as it streams (`planexec.streaming.PlanStream`);
-                structured replies are not streamed.
+            sink: Takes each reply as it streams (`planexec.streaming.PlanStream`): a
+                text reply, or a structured one's JSON text
+                (`ModelClient.complete_structured`).
 
         Raises:
             ModelError: the model call failed after its retries.
@@ -717,7 +719,7 @@ class Planner:
         for round_ in range(self.max_reprompts + 1):
             reply: str | None = None
             if structured:
-                reply = await self._structured_reply(client, messages, run_id, bus)
+                reply = await self._structured_reply(client, messages, run_id, bus, sink)
                 if reply is None:  # the structured call failed: ask for text from here on
                     structured = False
                     messages = first_messages(self.dialect == "json")
@@ -830,12 +832,18 @@ class Planner:
         messages: Sequence[BaseMessage],
         run_id: str,
         bus: EventBus | None,
+        sink: ReplySink | None = None,
     ) -> str | None:
-        """The structured plan as JSON text, or None when the structured call failed."""
+        """The structured plan as JSON text, or None when the structured call failed.
+
+        With ``sink``, the value's JSON text streams into it as the model writes it.
+        """
         from planexec.parsing import plan_schema
 
         try:
-            value = await client.complete_structured(messages, plan_schema(), purpose="plan")
+            value = await client.complete_structured(
+                messages, plan_schema(), purpose="plan", sink=sink
+            )
         except (NotImplementedError, ModelError) as exc:
             await self._mode_fallback(run_id, bus, f"the structured plan call failed ({exc})")
             return None

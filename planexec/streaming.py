@@ -1,9 +1,11 @@
 """Streamed plans: tools start while the planner is still writing the plan.
 
-A `PlanStream` is the `planexec._models.ReplySink` of the planner's model call: it
-parses the reply as it streams (`planexec.parsing.streaming.StreamingPlanParser`) and
-feeds each complete step to `planexec.executor.Executor.run_feed`, which starts it as
-soon as its dependencies are done. The rules (see ``docs/streaming.md``):
+A `PlanStream` is the `planexec._models.ReplySink` of the planner's model call (a text
+reply, or the JSON text of a plan asked for through structured output, parsed in the
+json dialect): it parses the reply as it streams
+(`planexec.parsing.streaming.StreamingPlanParser`) and feeds each complete step to
+`planexec.executor.Executor.run_feed`, which starts it as soon as its dependencies are
+done. The rules (see ``docs/streaming.md``):
 
 - only *safe* steps start before the reply is complete: a known tool that is read-only
   or idempotent and not destructive, or a reasoning step
@@ -137,12 +139,15 @@ class PlanStream:
 
     # -- ReplySink --------------------------------------------------------------------
 
-    async def begin(self) -> None:
+    async def begin(self, *, structured: bool = False) -> None:
         """A new reply (or a new attempt at one) starts: parse it afresh.
 
+        A structured reply (the JSON text of a plan asked for through structured output)
+        is parsed in the json dialect, as the planner parses its value.
         What earlier replies sent stays with the executor until the final plan decides.
         """
-        self.parser = StreamingPlanParser(self.dialect, draft_policy=self.draft_policy)
+        dialect = "json" if structured else self.dialect
+        self.parser = StreamingPlanParser(dialect, draft_policy=self.draft_policy)
 
     async def chunk(self, text: str) -> None:
         """Parse the next piece; send what became complete or was withdrawn."""

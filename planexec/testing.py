@@ -13,6 +13,9 @@
 - `StreamingModel`: a `FunctionModel` that streams its reply (``astream``) in chunks at
   a given token rate, paced by a `FakeClock` (or real time) and an optional ``gate``
   awaited before each chunk, so a test can play a slow real model without sleeping.
+  With ``structured=True`` its structured output streams too: a tool call whose
+  arguments come in chunks (langchain's own ``with_structured_output``), or JSON-mode
+  content (``structured_method="json_mode"``).
 - `FakeClock`: time that passes only when a test says so (`FakeClock.advance`).
 - `fake_tool`: a langchain-core tool with a canned output, error or latency, that
   records its calls.
@@ -27,6 +30,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -35,9 +39,18 @@ from langchain_core.callbacks import (
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call_chunk
+from langchain_core.output_parsers import JsonOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import (
+    Runnable,
+    RunnableConfig,
+    RunnableLambda,
+    RunnableMap,
+    RunnablePassthrough,
+)
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 
 from planexec._models import ModelCall
@@ -382,10 +395,55 @@ class StreamingModel(FunctionModel):
     None: real time (``asyncio.sleep``), for benchmarks."""
     gate: Callable[[int, str], Awaitable[None]] | None = None
     """Awaited before chunk ``index`` goes out, with the reply's text sent so far."""
+    structured_method: str = "function_calling"
+    """With ``structured=True``, how ``with_structured_output`` asks for the value, as
+    real providers do: ``function_calling`` (langchain's own
+    ``BaseChatModel.with_structured_output`` over `bind_tools`: the reply is a tool call
+    whose arguments stream as ``tool_call_chunks``) or ``json_mode`` (the reply's
+    content is the JSON text)."""
     chunk_times: list[float] = Field(default_factory=list)
     """When each chunk went out (the clock's ``now`` or ``time.perf_counter()``)."""
 
     _stream_call: ModelCall | None = PrivateAttr(default=None)
+
+    def with_structured_output(
+        self, schema: dict[str, Any] | type, *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """Structured output through the chat model itself, so it streams (``structured``).
+
+        The function's reply (a dict, or a JSON text) becomes a tool call's arguments
+        (``function_calling``) or the content (``json_mode``); the parsing is
+        langchain's own.
+
+        Raises:
+            NotImplementedError: the model is text-only (``structured=False``).
+        """
+        if not self.structured:
+            return super().with_structured_output(schema, include_raw=include_raw)
+        if self.structured_method == "function_calling":
+            return BaseChatModel.with_structured_output(self, schema, include_raw=include_raw)
+        if self.structured_method != "json_mode":
+            raise ValueError(f"unknown structured_method {self.structured_method!r}")
+        llm = self.bind(response_format={"type": "json_object"})
+        parser = JsonOutputParser()
+        if not include_raw:
+            return llm | parser
+        with_parsed = RunnablePassthrough.assign(
+            parsed=itemgetter("raw") | parser, parsing_error=lambda _: None
+        ).with_fallbacks(
+            [RunnablePassthrough.assign(parsed=lambda _: None)], exception_key="parsing_error"
+        )
+        return RunnableMap(raw=llm) | with_parsed
+
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools: the reply is then a call of the first one (its arguments the text)."""
+        kwargs.pop("ls_structured_output_format", None)
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _reply_text(self, out: Any) -> str:
+        return out if isinstance(out, str) else json.dumps(out, default=str)
 
     def _now(self) -> float:
         return float(self.clock.now) if self.clock is not None else time.perf_counter()
@@ -422,7 +480,10 @@ class StreamingModel(FunctionModel):
             out = self._ask(messages, run_manager)
         if asyncio.iscoroutine(out):
             out = await out
-        text = str(out)
+        tool = _tool_name(kwargs)
+        text = self._reply_text(out) if tool is not None or "response_format" in kwargs else (
+            str(out)
+        )
         size = max(1, self.chars_per_token * self.tokens_per_chunk)
         delay = self.tokens_per_chunk / self.tokens_per_second if self.tokens_per_second else 0.0
         sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
@@ -433,7 +494,18 @@ class StreamingModel(FunctionModel):
             if self.gate is not None:
                 await self.gate(index, text[:start])
             self.chunk_times.append(self._now())
-            yield ChatGenerationChunk(message=AIMessageChunk(content=text[start : start + size]))
+            piece = text[start : start + size]
+            if tool is None:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+                continue
+            first = index == 0
+            part = tool_call_chunk(
+                name=tool if first else None,
+                args=piece,
+                id="call_0" if first else None,
+                index=0,
+            )
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[part]))
 
     async def _agenerate(
         self,
@@ -445,13 +517,37 @@ class StreamingModel(FunctionModel):
         out = self._ask(messages, run_manager)
         if asyncio.iscoroutine(out):
             out = await out
-        text = str(out)
+        tool = _tool_name(kwargs)
+        text = self._reply_text(out) if tool is not None or "response_format" in kwargs else (
+            str(out)
+        )
         if self.tokens_per_second:
             size = max(1, self.chars_per_token * self.tokens_per_chunk)
             chunks = max(1, -(-len(text) // size))
             sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
             await sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
-        return self._result(text)
+        if tool is None:
+            return self._result(text)
+        message = AIMessage(content="")
+        try:
+            args = json.loads(text)
+        except ValueError as exc:
+            args = exc
+        if isinstance(args, dict):
+            message.tool_calls = [tool_call(name=tool, args=args, id="call_0")]
+        else:
+            message.invalid_tool_calls = [
+                invalid_tool_call(name=tool, args=text, id="call_0", error=str(args))
+            ]
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _tool_name(kwargs: dict[str, Any]) -> str | None:
+    """The name of the first tool bound to a call (``bind_tools``), if any."""
+    tools = kwargs.get("tools") or []
+    if not tools:
+        return None
+    return str(tools[0]["function"]["name"])
 
 
 @dataclass
