@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -341,13 +342,29 @@ class _StructuredModel:
             raw = out["raw"]
         else:
             self.parsed, raw = out, out
-        if self.parsed is not None and text.tool_call:
+        if self.parsed is not None and (text.tool_call or text.text.strip()):
+            # langchain closes a cut-off JSON text (its chunk merge for tool-call
+            # arguments, parse_partial_json in JSON mode): a cut reply is no value
+            written = text.text if text.tool_call else _fenced_json(text.text)
             try:
-                json.loads(text.text)
+                json.loads(written)
             except ValueError as exc:
                 self.parsed = None
-                self.error = f"the streamed tool-call arguments are not complete JSON ({exc})"
+                where = "tool-call arguments" if text.tool_call else "JSON reply"
+                self.error = f"the structured {where} are not complete JSON ({exc})"
         return raw
+
+
+_FENCE = re.compile(r"```(?:json)?(.*)", re.DOTALL)
+
+
+def _fenced_json(content: str) -> str:
+    """The JSON text of a JSON-mode reply: inside a code fence when it has one.
+
+    As langchain's ``parse_json_markdown`` reads it, but for a whole (not partial) value.
+    """
+    match = _FENCE.search(content)
+    return (match.group(1) if match else content).strip(" \n\r\t`")
 
 
 class _StructuredText:
