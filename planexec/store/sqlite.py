@@ -159,6 +159,10 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _MAX_BUFFERED = 256
 
+_EFFECTS = frozenset({"RunStarted", "PlanCreated", "StepFinished", "StepDiscarded",
+                      "RecoveryDecided", "RunFinished"})
+"""Event types that change more than the ``events`` table (`SQLiteRunStore._apply`)."""
+
 _CHECKPOINT_EVERY = 200
 """Commits on the event loop's side between two checkpoints by the writer thread."""
 
@@ -181,8 +185,13 @@ and is not flushed: resume runs such a step again either way.
 """
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON text (one encoder for every call: ``json.dumps`` with options builds
+    a new one each time, which costs more than encoding a small event)."""
+    return _ENCODER.encode(value)
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -847,7 +856,12 @@ class SQLiteRunStore:
         """
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[dict[str, Any]]) -> None:
-        """Write a batch of events, of one run or several, in order (inside a transaction)."""
+        """Write a batch of events, of one run or several, in order (inside a transaction).
+
+        The event rows go in with one ``executemany``, numbered here after the table's
+        last ``seq`` (the transaction holds the write lock, so nobody else numbers);
+        what an event changes in the other tables is applied in the events' order.
+        """
         spans: dict[str, tuple[float, float]] = {}
         for data in batch:
             ts = float(data["ts"])
@@ -860,25 +874,40 @@ class SQLiteRunStore:
                 "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
                 (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
             )
+        last = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        seq = int(last[0]) if last else 0
+        rows: list[tuple[Any, ...]] = []
+        effects: list[tuple[dict[str, Any], int, str | None]] = []
         for data in batch:
-            self._apply(conn, data)
+            seq += 1
+            run_id, kind = data["run_id"], data["type"]
+            result = data.get("result") if kind == "StepFinished" else None
+            step_id = data.get("step_id", result.get("step_id") if result else None)
+            result_text: str | None = None
+            if result is not None:  # the result's text once, for the event and its row
+                result_text = _dumps(result)
+                rest = _dumps({k: v for k, v in data.items() if k != "result"})
+                text = f'{rest[:-1]},"result":{result_text}}}'
+            else:
+                text = _dumps(data)
+            rows.append((seq, run_id, float(data["ts"]), kind, step_id,
+                         data.get("plan_version", data.get("version")), text))
+            if kind in _EFFECTS:
+                effects.append((data, seq, result_text))
+        conn.executemany(
+            "INSERT INTO events (seq, run_id, ts, type, step_id, plan_version, data) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        for data, row_seq, result_text in effects:
+            self._apply(conn, data, row_seq, result_text)
 
-    def _apply(self, conn: sqlite3.Connection, data: dict[str, Any]) -> None:
+    def _apply(
+        self, conn: sqlite3.Connection, data: dict[str, Any], seq: int, result_text: str | None
+    ) -> None:
+        """Apply what one event (already in ``events`` as row ``seq``) changes elsewhere."""
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
         result = data.get("result") if kind == "StepFinished" else None
-        step_id = data.get("step_id", result.get("step_id") if result else None)
-        if result is not None:  # the result's text once, for the event and its row
-            result_text = _dumps(result)
-            rest = _dumps({k: v for k, v in data.items() if k != "result"})
-            text = f'{rest[:-1]},"result":{result_text}}}'
-        else:
-            text = _dumps(data)
-        cur = conn.execute(
-            "INSERT INTO events (run_id, ts, type, step_id, plan_version, data) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")), text),
-        )
-        seq = cur.lastrowid
         if kind == "RunStarted":
             conn.execute(
                 "UPDATE runs SET question = ?, config = ?, status = 'RUNNING', pid = ?, "
