@@ -189,8 +189,11 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _dumps(value: Any) -> str:
-    """Compact JSON text (one encoder for every call: ``json.dumps`` with options builds
-    a new one each time, which costs more than encoding a small event)."""
+    """Compact JSON text, with one encoder for every call.
+
+    ``json.dumps`` with options builds a new encoder each time, which costs about as
+    much as encoding a small event.
+    """
     return _ENCODER.encode(value)
 
 
