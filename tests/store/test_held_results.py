@@ -202,3 +202,32 @@ async def test_a_live_run_shows_its_results_within_the_delay(
     await bus.emit(RunFinished(run_id="r", status="SUCCEEDED"))
     assert recorded_steps(path, "r") == {1, 2, 3}
     store.close()
+
+
+async def test_the_executor_marks_a_result_safe_only_without_an_unsafe_call() -> None:
+    """``StepFinished.safe``: a safe tool's step, or a step that never reached its call,
+    is safe; a step that called an unsafe tool is not, whether the call worked or not."""
+    catalog = ToolCatalog([
+        fake_tool("read", {"ok": True}, hints={"read_only": True}),
+        fake_tool("write", {"ok": True}, args={"n": int}),  # no hints: not safe
+        fake_tool("boom", error="down"),  # not safe, fails
+    ])
+    plan = Plan(steps=(
+        Step(id=1, tool="read"),
+        Step(id=2, tool="write", args={"n": 1}),
+        Step(id=3, tool="write", args={"n": "not a number"}),  # refused before the call
+        Step(id=4, tool="boom"),
+    ))
+    seen: dict[int, bool] = {}
+
+    async def watch(event: Any) -> None:
+        if isinstance(event, StepFinished):
+            seen[event.result.step_id] = event.safe
+
+    bus = EventBus()
+    bus.subscribe(watch)
+    results = await Executor(catalog, config=ExecutorSettings(), bus=bus, run_id="r").run(plan)
+    by_id = {r.step_id: r for r in results}
+    assert {sid: r.ok for sid, r in by_id.items()} == {1: True, 2: True, 3: False, 4: False}
+    assert by_id[3].attempts == 0 and by_id[4].attempts >= 1
+    assert seen == {1: True, 2: False, 3: True, 4: False}
