@@ -3,8 +3,9 @@
 Runs 1,000-step plans of a no-op tool with the `Executor`, with the store attached to
 the event bus, and compares wall times measured in this one run:
 
-- ``chain``: step i depends on step i-1, so every commit is on the critical path (the
-  worst case for a durable store); the tool is read-only (safe to call again);
+- ``chain``: step i depends on step i-1, so any commit a step waits for is on the
+  critical path (the worst case for a durable store); the tool is read-only (safe to
+  call again), so in the default durability its results are held and share commits;
 - ``fan``: independent steps of that tool, run 8 at a time;
 - ``chain_unsafe``: the chain with a tool that has no safety hints (so not safe to call
   again): its call start is committed, and in the default durability flushed to disk,

@@ -161,6 +161,15 @@ class StepFinished(Event):
 
     result: StepResult
     plan_version: int = 1
+    safe: bool = False
+    """Whether the step made no call of a tool that is not safe (a reasoning step, a
+    safe tool's calls, a step that failed before its call).
+
+    Losing such a result to a crash only makes resume run the step again, so a run
+    store may let it ride with its next commit (`planexec.store.base.is_checkpoint`);
+    the result of a step that called an unsafe tool is committed before the handler
+    returns. False (the default) when not known.
+    """
 
 
 @dataclass(frozen=True, kw_only=True)

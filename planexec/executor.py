@@ -333,6 +333,8 @@ class _Ctx:
     """A remark put on the step's result whatever its end (e.g. the tool selected)."""
     validated: tuple[dict[str, Any], BaseModel] | None = None
     """The resolved arguments and their validated model (for those arguments only)."""
+    unsafe_call: bool = False
+    """Whether a call of a tool that is not safe was started (`StepFinished.safe`)."""
 
 
 class Executor:
@@ -859,13 +861,20 @@ class Executor:
             )
             order.append(s.id)
 
-    async def _finish(self, result: StepResult) -> None:
+    async def _finish(self, result: StepResult, *, safe: bool = False) -> None:
+        """Record a step's result and emit its `StepFinished`.
+
+        ``safe``: the step started no call of a tool that is not safe (`StepFinished.safe`).
+        """
         if result.step_id in self._early:
             result = replace(result, streamed=True)
         self.results[result.step_id] = result
         if self.bus.listening:
             await self.bus.emit(
-                StepFinished(run_id=self.run_id, result=result, plan_version=self._plan_version)
+                StepFinished(
+                    run_id=self.run_id, result=result, plan_version=self._plan_version,
+                    safe=safe,
+                )
             )
 
     async def _step_task(
@@ -917,7 +926,7 @@ class Executor:
             step_log(self.run_id, step.id).warning(result.error)
         if self.trace is not None:
             await self.trace.end_step(result)
-        await self._finish(result)
+        await self._finish(result, safe=not ctx.unsafe_call)
         return result
 
     def _result(
@@ -1506,6 +1515,8 @@ class Executor:
                 ) from exc
             ctx.attempts += 1
             self.usage.tool_calls += 1
+            if not spec.hints.safe:
+                ctx.unsafe_call = True
             if self.bus.listening:
                 await self.bus.emit(
                     ToolCallStarted(

@@ -45,23 +45,33 @@ CHECKPOINT_EVENTS = frozenset(
     {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "StepDiscarded",
      "RecoveryDecided", "RunFinished", "ApprovalRequested", "ApprovalDecided"}
 )
-"""Events that are committed before `RunStore.handle` returns (see `is_checkpoint`).
+"""Event types that may be committed before `RunStore.handle` returns (see `is_checkpoint`).
 
 Other events (``StepStarted``, ``ArgResolved``, ``FallbackUsed``, ``LLMCalled`` ...)
-may be held in memory and committed with the run's next checkpoint event.
+may be held in memory and committed with the run's next checkpoint event. So may the
+``ToolCallStarted`` of a safe tool and the ``StepFinished`` of a step that called no
+tool that is not safe.
 """
 
 
 def is_checkpoint(data: Mapping[str, Any]) -> bool:
     """Whether an encoded event (``{"type": ..., ...}``) is committed before ``handle`` returns.
 
-    Every type in `CHECKPOINT_EVENTS`, except the ``ToolCallStarted`` of a safe tool
-    (``"safe": true``: read-only or idempotent): resume runs such a step again whether
-    or not its call start was recorded, so that record may ride along with the step's
-    next commit (its ``StepFinished``), one transaction per step instead of two.
+    Every type in `CHECKPOINT_EVENTS`, except two that carry ``"safe": true``:
+
+    - the ``ToolCallStarted`` of a safe tool (read-only or idempotent): resume runs such
+      a step again whether or not its call start was recorded;
+    - the ``StepFinished`` of a step that started no call of a tool that is not safe
+      (`planexec.events.StepFinished.safe`): a lost result only makes resume run the
+      step again, as if it had never finished. The next checkpoint commits it — the
+      next unsafe call start among them, so every result an unsafe call can depend on
+      is durable before that call — and a store may bound how long it waits
+      (`planexec.store.SQLiteRunStore`'s ``result_delay``).
+
+    Both may ride along with a later commit instead of costing one each.
     """
     kind = data.get("type")
-    if kind == "ToolCallStarted" and data.get("safe") is True:
+    if (kind == "ToolCallStarted" or kind == "StepFinished") and data.get("safe") is True:
         return False
     return kind in CHECKPOINT_EVENTS
 
@@ -219,7 +229,7 @@ class RunStore(Protocol):
     async def handle(self, event: Event) -> None:
         """Record one event.
 
-        A checkpoint event (`CHECKPOINT_EVENTS`) is durable when this returns.
+        A checkpoint event (`is_checkpoint`) is durable when this returns.
         """
         ...
 

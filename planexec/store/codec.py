@@ -249,7 +249,9 @@ def event_to_json(event: Event) -> dict[str, Any]:
     for name in _recorded_fields(type(event)):
         value = getattr(event, name)
         t = type(value)
-        if t is str or t is int or t is bool or value is None:
+        if t is str or t is int or t is bool or value is None or (
+            t is float and value - value == 0.0  # finite: NaN and infinities are encoded
+        ):
             data[name] = value
         elif isinstance(value, Plan):
             data[name] = plan_to_json(value)

@@ -10,12 +10,17 @@
   connection; between processes SQLite's file lock does, with ``busy_timeout`` and then
   retries with exponential backoff and jitter on ``database is locked``.
 - **Durability**: `handle` commits checkpoint events (`planexec.store.base.is_checkpoint`:
-  ``StepFinished``, the ``ToolCallStarted`` of an unsafe tool, ...) before it returns;
-  the executor awaits the bus before starting dependent steps, so a step's result is
-  committed before any step that depends on it starts. Other events (a safe tool's call
-  start among them) ride along with the next commit. Every commit survives the process
-  being killed; which commits are also flushed to disk against an OS crash is the
-  ``durability`` mode (`FLUSHED_EVENTS`).
+  ``PlanCreated``, the ``ToolCallStarted`` of an unsafe tool, the ``StepFinished`` of a
+  step that called an unsafe tool, approvals, ``RunFinished``, ...) before it returns.
+  Other events ride along with the next commit: a safe tool's call start, and the
+  result of a safe step (one that called no tool that is not safe), which waits at most
+  ``result_delay`` seconds (`RESULT_DELAY`) — every result a later unsafe call can
+  depend on is committed with that call's start, before the call. A commit takes the
+  queue in order, so what is committed is always a prefix of the events: a recorded
+  step's inputs are recorded too. ``durability="full"`` (or ``result_delay=0``) makes
+  every result a checkpoint. Every commit survives the process being killed; which
+  commits are also flushed to disk against an OS crash is the ``durability`` mode
+  (`FLUSHED_EVENTS`).
 - **Group commit**: one queue of events for every run; a commit takes the whole queue,
   in one transaction. A commit that is not flushed runs on the calling thread when no
   other commit is in flight (a short transaction that never waits); when other steps
@@ -61,7 +66,14 @@ from planexec.store.base import (
 )
 from planexec.store.codec import event_to_json, plan_from_json, result_from_json
 
-__all__ = ["DURABILITY", "FLUSHED_EVENTS", "MIGRATIONS", "SCHEMA_VERSION", "SQLiteRunStore"]
+__all__ = [
+    "DURABILITY",
+    "FLUSHED_EVENTS",
+    "MIGRATIONS",
+    "RESULT_DELAY",
+    "SCHEMA_VERSION",
+    "SQLiteRunStore",
+]
 
 T = TypeVar("T")
 
@@ -147,8 +159,15 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _MAX_BUFFERED = 256
 
+_EFFECTS = frozenset({"RunStarted", "PlanCreated", "StepFinished", "StepDiscarded",
+                      "RecoveryDecided", "RunFinished"})
+"""Event types that change more than the ``events`` table (`SQLiteRunStore._apply`)."""
+
 _CHECKPOINT_EVERY = 200
 """Commits on the event loop's side between two checkpoints by the writer thread."""
+
+RESULT_DELAY = 0.25
+"""The default ``result_delay`` of `SQLiteRunStore`, in seconds."""
 
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
@@ -166,8 +185,16 @@ and is not flushed: resume runs such a step again either way.
 """
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON text, with one encoder for every call.
+
+    ``json.dumps`` with options builds a new encoder each time, which costs about as
+    much as encoding a small event.
+    """
+    return _ENCODER.encode(value)
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -290,6 +317,15 @@ class SQLiteRunStore:
             is still held after ``busy_timeout``.
         buffer_events: hold non-checkpoint events in memory until the next commit
             (fewer transactions); False commits every event at once.
+        result_delay: the longest, in seconds, that the result of a safe step (one that
+            called no tool that is not safe: `planexec.events.StepFinished.safe`) is
+            held in memory before it is committed, when no checkpoint commits it
+            sooner: what a crash of the process can lose of safe work (those steps run
+            again on resume). Checked when events arrive and by the writer thread. 0
+            commits every result before the handler returns, as ``durability="full"``
+            always does.
+        clock: the monotonic clock that ``result_delay`` is measured with (tests
+            give a fake one).
     """
 
     def __init__(
@@ -300,16 +336,25 @@ class SQLiteRunStore:
         busy_timeout: float = 5.0,
         retries: int = 6,
         buffer_events: bool = True,
+        result_delay: float = RESULT_DELAY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if durability not in DURABILITY:
             raise StoreError(
                 f"durability must be one of {', '.join(DURABILITY)}, not {durability!r}"
             )
+        if not result_delay >= 0:
+            raise StoreError(f"result_delay must be 0 or more seconds, not {result_delay!r}")
         self.path = Path(path)
         self.durability = durability
         self.busy_timeout = busy_timeout
         self.retries = retries
         self.buffer_events = buffer_events
+        self.result_delay = float(result_delay)
+        self._clock = clock
+        self._strict_results = durability == "full" or self.result_delay == 0
+        self._held_since: float | None = None
+        """When the oldest result held in the queue was queued (``clock``), or None."""
         self._lock = threading.RLock()
         self._pending: list[dict[str, Any]] = []
         self._waiters: list[_Waiter] = []
@@ -518,8 +563,10 @@ class SQLiteRunStore:
     async def handle(self, event: Event) -> None:
         """Record one event; a checkpoint is committed (and flushed, per mode) on return.
 
-        Which events are checkpoints: `planexec.store.base.is_checkpoint`. Others are held
-        in memory and committed in the same transaction as the next commit of any run.
+        Which events are checkpoints: `planexec.store.base.is_checkpoint` (and, with
+        ``durability="full"`` or ``result_delay=0``, every ``StepFinished``). Others are
+        held in memory and committed in the same transaction as the next commit of any
+        run; a held safe result makes the queue due ``result_delay`` seconds later.
         A commit that is not flushed to disk runs on the calling thread when no other
         commit is in flight (a short transaction that never waits); a flushed commit, or
         one that finds a commit in flight or the file locked, is left to the store's
@@ -564,15 +611,34 @@ class SQLiteRunStore:
             return False
         return data["type"] in FLUSHED_EVENTS and is_checkpoint(data)
 
+    def _is_due(self, data: dict[str, Any]) -> bool:
+        """Whether ``data`` is committed before its handler returns (a checkpoint)."""
+        if not self.buffer_events or is_checkpoint(data):
+            return True
+        return self._strict_results and data["type"] == "StepFinished"
+
     def _enqueue(
         self, data: dict[str, Any], loop: asyncio.AbstractEventLoop | None
     ) -> _Waiter | None:
-        """Queue ``data``; return what to wait for when it must be committed now."""
-        due = not self.buffer_events or is_checkpoint(data)
+        """Queue ``data``; return what to wait for when it must be committed now.
+
+        A safe result (not due) starts the ``result_delay`` clock if none is held yet;
+        any event that arrives after the delay has run out makes the queue due.
+        """
+        due = self._is_due(data)
+        start_timer = False
         with self._pending_lock:
             self._count_running(data)
             self._pending.append(data)
+            if not due:
+                if self._held_since is not None:
+                    due = self._clock() - self._held_since >= self.result_delay
+                elif data["type"] == "StepFinished":
+                    self._held_since = self._clock()
+                    start_timer = True
             if not due and len(self._pending) < _MAX_BUFFERED:
+                if start_timer:  # the writer thread commits it if nothing else does
+                    self._wake_writer(work=False)
                 return None
             waiter = _Waiter(
                 loop.create_future() if loop is not None else None, self._flush_wanted(data),
@@ -610,6 +676,7 @@ class SQLiteRunStore:
                 return None
             batch, waiters = self._pending, self._waiters
             self._pending, self._waiters = [], []
+            self._held_since = None
         return batch, waiters, flush and self.durability != "process"
 
     def _commit_inline(self) -> bool:
@@ -695,8 +762,11 @@ class SQLiteRunStore:
                 raise
         _settle(waiters, None)
 
-    def _wake_writer(self) -> None:
-        """Start the writer thread if needed (one per process) and tell it there is work."""
+    def _wake_writer(self, work: bool = True) -> None:
+        """Start the writer thread if needed (one per process) and tell it there is work.
+
+        ``work=False``: only make it look at the held results' deadline (``result_delay``).
+        """
         with self._wake:
             if (
                 self._writer is None
@@ -710,15 +780,30 @@ class SQLiteRunStore:
                 self._writer_pid = os.getpid()
                 self._stopping = False
                 self._writer.start()
-            self._work = True
+            if work:
+                self._work = True
             self._wake.notify()
 
+    def _hold_left(self) -> float | None:
+        """Seconds until the held results are due (None: none is held)."""
+        since = self._held_since
+        if since is None:
+            return None
+        return since + self.result_delay - self._clock()
+
     def _writer_loop(self) -> None:
-        """Commit whatever is queued, batch after batch, until `close`."""
+        """Commit whatever is queued, batch after batch, until `close`.
+
+        Also commits held safe results once ``result_delay`` has run out, when no event
+        arrived to do it.
+        """
         while True:
             with self._wake:
                 while not self._work and not self._stopping:
-                    self._wake.wait()
+                    left = self._hold_left()
+                    if left is not None and left <= 0:
+                        break
+                    self._wake.wait(left)
                 if self._stopping and not self._work:
                     return
                 self._work = False
@@ -774,7 +859,12 @@ class SQLiteRunStore:
         """
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[dict[str, Any]]) -> None:
-        """Write a batch of events, of one run or several, in order (inside a transaction)."""
+        """Write a batch of events, of one run or several, in order (inside a transaction).
+
+        The event rows go in with one ``executemany``, numbered here after the table's
+        last ``seq`` (the transaction holds the write lock, so nobody else numbers);
+        what an event changes in the other tables is applied in the events' order.
+        """
         spans: dict[str, tuple[float, float]] = {}
         for data in batch:
             ts = float(data["ts"])
@@ -787,25 +877,40 @@ class SQLiteRunStore:
                 "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
                 (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
             )
+        last = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        seq = int(last[0]) if last else 0
+        rows: list[tuple[Any, ...]] = []
+        effects: list[tuple[dict[str, Any], int, str | None]] = []
         for data in batch:
-            self._apply(conn, data)
+            seq += 1
+            run_id, kind = data["run_id"], data["type"]
+            result = data.get("result") if kind == "StepFinished" else None
+            step_id = data.get("step_id", result.get("step_id") if result else None)
+            result_text: str | None = None
+            if result is not None:  # the result's text once, for the event and its row
+                result_text = _dumps(result)
+                rest = _dumps({k: v for k, v in data.items() if k != "result"})
+                text = f'{rest[:-1]},"result":{result_text}}}'
+            else:
+                text = _dumps(data)
+            rows.append((seq, run_id, float(data["ts"]), kind, step_id,
+                         data.get("plan_version", data.get("version")), text))
+            if kind in _EFFECTS:
+                effects.append((data, seq, result_text))
+        conn.executemany(
+            "INSERT INTO events (seq, run_id, ts, type, step_id, plan_version, data) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        for data, row_seq, result_text in effects:
+            self._apply(conn, data, row_seq, result_text)
 
-    def _apply(self, conn: sqlite3.Connection, data: dict[str, Any]) -> None:
+    def _apply(
+        self, conn: sqlite3.Connection, data: dict[str, Any], seq: int, result_text: str | None
+    ) -> None:
+        """Apply what one event (already in ``events`` as row ``seq``) changes elsewhere."""
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
         result = data.get("result") if kind == "StepFinished" else None
-        step_id = data.get("step_id", result.get("step_id") if result else None)
-        if result is not None:  # the result's text once, for the event and its row
-            result_text = _dumps(result)
-            rest = _dumps({k: v for k, v in data.items() if k != "result"})
-            text = f'{rest[:-1]},"result":{result_text}}}'
-        else:
-            text = _dumps(data)
-        cur = conn.execute(
-            "INSERT INTO events (run_id, ts, type, step_id, plan_version, data) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, ts, kind, step_id, data.get("plan_version", data.get("version")), text),
-        )
-        seq = cur.lastrowid
         if kind == "RunStarted":
             conn.execute(
                 "UPDATE runs SET question = ?, config = ?, status = 'RUNNING', pid = ?, "
@@ -874,6 +979,7 @@ class SQLiteRunStore:
         """
         st = RunStatus(status)
         now = time.time()
+        self.flush_sync()  # what is queued (held results among it) comes first
 
         def apply(conn: sqlite3.Connection) -> None:
             cur = conn.execute(

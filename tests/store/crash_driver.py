@@ -3,11 +3,13 @@
 Usage: python crash_driver.py STORE RUN_ID TOOL2
 
 Blocks where ``PLANEXEC_CRASH_BLOCK`` says (see crash_tools), so the test can kill it.
+``PLANEXEC_CRASH_RESULT_DELAY`` sets the store's ``result_delay`` (default: the store's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -43,7 +45,8 @@ async def after_recorded(event: Event) -> None:
 
 def main(argv: list[str]) -> int:
     store_path, run_id, tool2 = argv
-    store = CrashStore(store_path)
+    delay = os.environ.get("PLANEXEC_CRASH_RESULT_DELAY")
+    store = CrashStore(store_path, **({"result_delay": float(delay)} if delay else {}))
     agent = PlanExecuteAgent(None, crash_tools.TOOLS, store=store, event_handlers=[after_recorded])
     run = asyncio.run(
         agent.execute_plan(crash_tools.plan_text(tool2), question="crash test", run_id=run_id)

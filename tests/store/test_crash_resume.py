@@ -1,5 +1,6 @@
 """Kill a real run with SIGKILL at several points, resume it, and check every step ran
-to completion and each step whose result was recorded ran exactly once.
+to completion, each step whose result was recorded ran exactly once, and each step
+whose result was lost (a safe step's result held in memory) ran once more.
 
 The run is a subprocess (crash_driver.py) with tools that append each call to a log
 file. A kill point is reached deterministically: the process writes a marker file and
@@ -45,8 +46,11 @@ class Crash:
             "PLANEXEC_STORE": str(self.store),
         }
 
-    def start_and_kill(self, run_id: str, point: str, tool2: str = "read") -> None:
-        env = {**self.env, "PLANEXEC_CRASH_BLOCK": point}
+    def start_and_kill(
+        self, run_id: str, point: str, tool2: str = "read", result_delay: str = ""
+    ) -> None:
+        env = {**self.env, "PLANEXEC_CRASH_BLOCK": point,
+               "PLANEXEC_CRASH_RESULT_DELAY": result_delay}
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "crash_driver.py"), str(self.store), run_id, tool2],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -85,24 +89,38 @@ class Crash:
             return {s.result.step_id for s in store.step_results(run_id) if s.result.ok}
 
 
-@pytest.mark.parametrize(
-    ("point", "recorded_at_kill"),
-    [
-        ("tool:s2", {1}),  # during a tool call: step 2's call started, never finished
-        ("after:s2", {1, 2}),  # between steps: step 2 recorded, step 3 not started
-        ("commit:s2", {1}),  # during a write: inside the transaction recording step 2
-        ("tool:s3", {1, 2}),  # during a later tool call
-        ("commit:s3", {1, 2}),  # during the write of a later step
-    ],
-)
+DEPENDS = {2: 1, 3: 2, 4: 1}
+"""Each step's input (the plan: 1 → 2 → 3 and 1 → 4)."""
+
+POINTS = [
+    # (kill point, recorded at the kill when every result is a checkpoint)
+    ("tool:s2", {1}),  # during a tool call: step 2's call started, never finished
+    ("after:s2", {1, 2}),  # between steps: step 2 finished, step 3 not started
+    ("commit:s2", {1}),  # during a write: inside the transaction recording step 2
+    ("tool:s3", {1, 2}),  # during a later tool call
+    ("commit:s3", {1, 2}),  # during the write of a later step
+]
+
+
+@pytest.mark.parametrize(("point", "strict"), POINTS)
+@pytest.mark.parametrize("result_delay", ["0", "60"])
 def test_a_killed_run_resumes_and_each_recorded_step_ran_once(
-    tmp_path: Path, point: str, recorded_at_kill: set[int]
+    tmp_path: Path, point: str, strict: set[int], result_delay: str
 ) -> None:
+    """Every step is safe. With ``result_delay=0`` each result is committed before the
+    next step starts; with the default durability a safe step's result is held (here up
+    to 60 s: nothing commits it before the kill) and the step simply runs again on
+    resume. Either way a recorded step ran exactly once, the others run once more, and
+    a recorded step's input is recorded too (a commit is a prefix of the events)."""
     crash = Crash(tmp_path)
-    crash.start_and_kill("run-k", point)
+    crash.start_and_kill("run-k", point, result_delay=result_delay)
 
     recorded = crash.succeeded("run-k")
-    assert recorded_at_kill <= recorded  # step 4 runs alongside, and may be recorded too
+    if result_delay == "0":
+        assert strict <= recorded  # step 4 runs alongside, and may be recorded too
+    else:
+        assert recorded == set()  # held in memory, lost with the process
+    assert all(DEPENDS[sid] in recorded for sid in recorded if sid in DEPENDS)
     with SQLiteRunStore(crash.store) as store:
         assert store.get_run("run-k").status is RunStatus.INTERRUPTED
     before = crash.calls()
@@ -128,8 +146,14 @@ def test_a_killed_run_resumes_and_each_recorded_step_ran_once(
 
 
 def test_an_unsafe_call_cut_short_stops_the_run_until_forced(tmp_path: Path) -> None:
+    """Step 2 calls an unsafe tool. Its call start committed the queue first, so its
+    input (step 1's safe result, held up to 60 s otherwise) is recorded before the call."""
     crash = Crash(tmp_path)
-    crash.start_and_kill("run-u", "tool:s2", tool2="write")
+    crash.start_and_kill("run-u", "tool:s2", tool2="write", result_delay="60")
+    assert 1 in crash.succeeded("run-u")
+    with SQLiteRunStore(crash.store) as store:
+        [started] = store.started_calls_without_result("run-u")
+    assert (started.step_id, started.args) == (2, {"label": "s2", "prev": "s1-out"})
 
     stopped = crash.resume("run-u")
     assert stopped.returncode == 1
