@@ -64,6 +64,7 @@ import functools
 import json
 import math
 import time
+from asyncio import current_task
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -647,35 +648,73 @@ class Executor:
         return [self.results[sid] for sid in sched.order if sid in sched.steps]
 
     async def _schedule(self, sched: _Schedule, finished: asyncio.Queue[int | _Fed | None]) -> None:
-        """The scheduler loop: start ready steps, take finished ones and feed items."""
+        """The scheduler loop: start ready steps, take feed items and failed steps.
+
+        A step that ends normally releases its dependents and starts the ready steps
+        itself (`_step_ended`), without a round trip through this loop; the loop hears of
+        a step only when its task raised or was cancelled, and is woken when nothing runs.
+        """
+        sched.live = True
+        try:
+            while not sched.complete or sched.ready or sched.running:
+                if self._cancel.is_set():
+                    break
+                self._start_ready(sched)
+                item = await finished.get()
+                if isinstance(item, _Fed):
+                    await self._take(sched, item.item)
+                    continue
+                if item is None or item not in sched.running or not sched.running[item].done():
+                    continue  # a wake-up, or a withdrawn step's late notice
+                done_task = sched.running.pop(item)
+                if not done_task.cancelled() and done_task.exception() is not None:
+                    # An event subscriber (e.g. the run store) failed: stop the run.
+                    await self._cancel_rest(sched.pending(), sched.running, sched.order)
+                    raise done_task.exception()  # type: ignore[misc]
+                # a step waiting for approval holds its dependents back with it
+                sched.finished(item, release=not _waits(self.results.get(item)))
+        finally:
+            sched.live = False
+
+    def _start_ready(self, sched: _Schedule) -> None:
+        """Start ready steps, up to ``max_concurrency`` running at once."""
         limit = self.config.max_concurrency
-        while not sched.complete or sched.ready or sched.running:
-            if self._cancel.is_set():
-                break
-            while sched.ready and len(sched.running) < limit:
-                sid = sched.ready.popleft()
-                if not sched.complete:
-                    self._early.add(sid)
-                task = asyncio.create_task(
-                    self._step_task(
-                        sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
-                    )
-                )
-                task.add_done_callback(functools.partial(_notify, finished, sid))
-                sched.running[sid] = task
-            item = await finished.get()
-            if isinstance(item, _Fed):
-                await self._take(sched, item.item)
-                continue
-            if item is None or item not in sched.running or not sched.running[item].done():
-                continue  # a wake-up from `cancel`, or a withdrawn step's late notice
-            done_task = sched.running.pop(item)
-            if not done_task.cancelled() and done_task.exception() is not None:
-                # An event subscriber (e.g. the run store) failed: stop the run.
-                await self._cancel_rest(sched.pending(), sched.running, sched.order)
-                raise done_task.exception()  # type: ignore[misc]
-            # a step waiting for approval holds its dependents back with it
-            sched.finished(item, release=not _waits(self.results.get(item)))
+        ready, running = sched.ready, sched.running
+        while ready and len(running) < limit:
+            sid = ready.popleft()
+            if not sched.complete:
+                self._early.add(sid)
+            running[sid] = asyncio.create_task(self._run_step(sched, sid))
+
+    async def _run_step(self, sched: _Schedule, sid: int) -> None:
+        """One step's task: run it, then release its dependents (`_step_ended`)."""
+        try:
+            await self._step_task(
+                sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
+            )
+        except BaseException:  # cancelled, or a subscriber failed: the scheduler decides
+            if self._finished is not None:
+                self._finished.put_nowait(sid)
+            raise
+        self._step_ended(sched, sid)
+
+    def _step_ended(self, sched: _Schedule, sid: int) -> None:
+        """A step ended normally: release its dependents and start the ready steps.
+
+        Nothing happens for a step that is no longer the one running under its id (it
+        was withdrawn), nor once the scheduler has stopped or the run is cancelled: the
+        scheduler then settles what is left.
+        """
+        running = sched.running
+        if not sched.live or self._cancel.is_set() or running.get(sid) is not current_task():
+            return
+        del running[sid]
+        # a step waiting for approval holds its dependents back with it
+        sched.finished(sid, release=not _waits(self.results.get(sid)))
+        if sched.ready:
+            self._start_ready(sched)
+        if not running and self._finished is not None:
+            self._finished.put_nowait(None)  # nothing runs: the scheduler decides what next
 
     # ------------------------------------------------------------------ arrivals
 
@@ -1674,10 +1713,6 @@ def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
         waiter.set_result(None)
 
 
-def _notify(queue: asyncio.Queue[Any], sid: int, _task: asyncio.Task[Any]) -> None:
-    queue.put_nowait(sid)
-
-
 def _call_key(step: Step) -> str:
     """The call a step makes, as text: tool, server and arguments (as written)."""
     return json.dumps(
@@ -1729,6 +1764,8 @@ class _Schedule:
         self.running: dict[int, asyncio.Task[Any]] = {}
         self.done: set[int] = set()
         self.order: list[int] = []
+        self.live = False
+        """Whether the scheduler loop runs (ending steps release their dependents)."""
         self.spare: dict[str, StepResult] = {}
         """Succeeded results of withdrawn steps without references, by call
         (`_call_key`): a step making the same call reuses one instead of running."""
@@ -1809,9 +1846,11 @@ class _Schedule:
     def release_all(self) -> None:
         """The plan is complete: nothing is held, nobody waits for a step never written."""
         self.held.clear()
-        for sid in list(self.blockers):
-            self.blockers[sid] &= set(self.steps)
-            self.blockers[sid] -= self.done
+        steps, done = self.steps, self.done
+        for sid in list(self.blockers):  # linear in the dependencies, not in the steps
+            deps = self.blockers[sid]
+            if deps:
+                deps.intersection_update([d for d in deps if d in steps and d not in done])
             self._check(sid)
 
 
