@@ -66,9 +66,10 @@ import math
 import time
 from asyncio import current_task
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping
+from contextvars import Context, copy_context
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from planexec._log import step_log
@@ -334,6 +335,8 @@ class _Ctx:
     """A remark put on the step's result whatever its end (e.g. the tool selected)."""
     validated: tuple[dict[str, Any], BaseModel] | None = None
     """The resolved arguments and their validated model (for those arguments only)."""
+    deadline: asyncio.Timeout | None = None
+    """The step timeout's context, while it runs."""
 
 
 class Executor:
@@ -439,6 +442,8 @@ class Executor:
         self._cancel_reason: str | None = None
         self._last_cancel_reason: str | None = None
         self._detached: set[asyncio.Future[Any]] = set()
+        self._stopping: set[asyncio.Task[Any]] = set()
+        """Step tasks the scheduler cancelled (their tool calls are abandoned); per run."""
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
         self._settings: dict[tuple[str | None, str], Any] = {}
@@ -603,6 +608,7 @@ class Executor:
         self.reused = set()
         self.discarded = []
         self._early = set()
+        self._stopping = set()
         for sid, result in (prior or {}).items():
             self.results[sid] = result
         sched = _Schedule(dict(prior or {}), feedback or {}, MappingProxyType(self.results))
@@ -785,6 +791,7 @@ class Executor:
         """Cancel a running step or take back its result (no-op if it never started)."""
         task = sched.running.pop(sid, None)
         if task is not None:
+            self._stopping.add(task)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         ended = sid in sched.done
@@ -872,6 +879,7 @@ class Executor:
     ) -> None:
         """Cancel running steps (they record themselves) and record the others."""
         for task in running.values():
+            self._stopping.add(task)
             task.cancel()
         if running:
             await asyncio.gather(*running.values(), return_exceptions=True)
@@ -922,7 +930,8 @@ class Executor:
             if self.config.step_timeout is None:  # no timeout context to enter and leave
                 result = await self._execute(ctx, results, feedback, plan_ids)
             else:
-                async with asyncio.timeout(self.config.step_timeout):
+                async with asyncio.timeout(self.config.step_timeout) as deadline:
+                    ctx.deadline = deadline
                     result = await self._execute(ctx, results, feedback, plan_ids)
         except _StepFailed as failed:
             result = self._result(ctx, failed.status, failed.kind, failed.message, **failed.fields)
@@ -1429,12 +1438,7 @@ class Executor:
             )
 
     async def _await_call(
-        self,
-        step: Step,
-        spec: ToolSpec,
-        args: dict[str, Any],
-        timeout: float | None,
-        validated: tuple[dict[str, Any], BaseModel] | None = None,
+        self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any], timeout: float | None
     ) -> Any:
         """Make one tool call in a task of its own; wait for it at most ``timeout`` seconds.
 
@@ -1446,15 +1450,20 @@ class Executor:
                 whether the tool was left running.
             asyncio.CancelledError: the step was cancelled.
         """
+        step, validated = ctx.step, ctx.validated
         if type(self.runner) is LocalToolRunner:
             config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
             # the resolver's validation, when it is of these very arguments
             model = validated[1] if validated is not None and validated[0] is args else None
-            call = asyncio.ensure_future(
-                self.runner.call(spec, args, config=config, validated=model)
-            )
+            coro = self.runner.call(spec, args, config=config, validated=model)
         else:
-            call = asyncio.ensure_future(self.runner.call(spec, args))
+            coro = self.runner.call(spec, args)
+        if timeout is None and type(coro) is CoroutineType:
+            # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
+            context = copy_context()
+            stop = functools.partial(self._stop_call, ctx, spec, context)
+            return await _InlineCall(coro, context, stop)
+        call = asyncio.ensure_future(coro)
         if timeout is None:  # the cheapest wait that can stop waiting: a future of our own
             waiter = asyncio.get_running_loop().create_future()
             call.add_done_callback(functools.partial(_wake, waiter))
@@ -1490,11 +1499,37 @@ class Executor:
             )
         raise TimeoutError(how)
 
+    def _stop_call(
+        self,
+        ctx: _Ctx,
+        spec: ToolSpec,
+        context: Context,
+        coro: Coroutine[Any, Any, Any],
+        cancel: asyncio.CancelledError,
+    ) -> bool:
+        """Whether a cancellation met by an `_InlineCall` stops its step.
+
+        It does when the scheduler cancelled the step or its step timeout ran out: the
+        call then goes on in a task of its own, which gets the cancellation first, and
+        is abandoned (`_detach`). Any other cancellation (e.g. the tool's own timeout)
+        is the tool's.
+        """
+        deadline = ctx.deadline
+        if current_task() not in self._stopping and (deadline is None or not deadline.expired()):
+            return False
+        loop = asyncio.get_running_loop()
+        self._detach(loop.create_task(_resumed(coro, cancel), context=context), ctx.step, spec)
+        return True
+
     def _abandon(self, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
         """Cancel a tool call and stop waiting for it; keep it referenced until it ends."""
         if call.done():
             return
         call.cancel()
+        self._detach(call, step, spec)
+
+    def _detach(self, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
+        """Stop waiting for a tool call; keep it referenced (and logged) until it ends."""
         self._detached.add(call)
         call.add_done_callback(
             functools.partial(self._detached_done, self.run_id, step.id, spec.name)
@@ -1558,7 +1593,7 @@ class Executor:
                     )
                 )
             try:
-                raw = await self._await_call(step, spec, args, timeout, ctx.validated)
+                raw = await self._await_call(ctx, spec, args, timeout)
             except asyncio.CancelledError:
                 breaker.release()
                 raise
@@ -1706,6 +1741,64 @@ def _held(steps: list[Step], results: Mapping[int, StepResult]) -> set[int]:
                 held.add(s.id)
                 grew = True
     return held
+
+
+class _InlineCall:
+    """A tool call awaited in its step's own task, as if it ran in a task of its own.
+
+    No task per call: the call's coroutine is driven here, in a copy of the step's
+    context (as a task would run it), and everything is passed through to it (results,
+    exceptions, a cancellation that is not the step's, e.g. the tool's own timeout). A
+    cancellation that stops the step (``stop`` says so, and hands the call to a task of
+    its own that throws it in: `Executor._stop_call`) is not waited for: a tool that
+    ignores it is left running, detached, as with a task per call.
+    """
+
+    __slots__ = ("_context", "_coro", "_error", "_stop")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        context: Context | None,
+        stop: Callable[[Coroutine[Any, Any, Any], asyncio.CancelledError], bool] | None,
+        error: BaseException | None = None,
+    ) -> None:
+        self._coro = coro
+        self._context = context
+        self._stop = stop
+        self._error = error
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, context, stop = self._coro, self._context, self._stop
+        value: Any = None
+        error = self._error
+        while True:
+            try:
+                if context is None:
+                    yielded = coro.send(value) if error is None else coro.throw(error)
+                elif error is None:
+                    yielded = context.run(coro.send, value)
+                else:
+                    yielded = context.run(coro.throw, error)
+            except StopIteration as end:
+                return end.value
+            value = error = None
+            try:
+                value = yield yielded
+            except asyncio.CancelledError as cancel:
+                if stop is not None and stop(coro, cancel):
+                    raise  # the step stops; the call went on in a task of its own
+                error = cancel
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - passed on to the call, as a task would
+                error = exc
+
+
+async def _resumed(coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> Any:
+    """The rest of an abandoned `_InlineCall`, in a task of its own: it gets ``cancel``."""
+    return await _InlineCall(coro, None, None, cancel)
 
 
 def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
