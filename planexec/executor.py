@@ -26,14 +26,16 @@ For each step, in order:
    destructive). Exceptions, ``is_error`` results and error payloads are
    ``TOOL_ERROR``; a timeout is ``TOOL_TIMEOUT``; an empty output is ``EMPTY_OUTPUT``.
    An argument that is NaN or infinite is ``ARGS_INVALID`` (the tool is not called).
-   The call runs in a task of its own: a timeout (or a cancellation of the step or
-   the run) never waits for the tool, so a tool that ignores cancellation is left
-   running, detached and logged (a sync tool's thread cannot be stopped at all: it is
-   abandoned). An output over ``max_output_chars`` (or the tool's
-   ``tool_output_limits``), one that contains itself or is nested deeper than
-   `planexec.results.MAX_JSON_DEPTH` is ``TOOL_ERROR`` and is not kept; what JSON
-   cannot keep of an output (colliding keys, objects that are not JSON data) is a
-   ``OUTPUT_NOT_JSON`` warning event and a note on the step.
+   The call runs as in a task of its own (one with a call timeout in a task; one
+   without in the step's task, in a context of its own, handed to a task when the step
+   stops: `_InlineCall`): a timeout (or a cancellation of the step or the run) never
+   waits for the tool, so a tool that ignores cancellation is left running, detached
+   and logged (a sync tool's thread cannot be stopped at all: it is abandoned). An
+   output over ``max_output_chars`` (or the tool's ``tool_output_limits``), one that
+   contains itself or is nested deeper than `planexec.results.MAX_JSON_DEPTH` is
+   ``TOOL_ERROR`` and is not kept; what JSON cannot keep of an output (colliding keys,
+   objects that are not JSON data) is a ``OUTPUT_NOT_JSON`` warning event and a note on
+   the step.
 
 ``run_timeout`` bounds one `Executor.run`: when it runs out the run is cancelled as by
 `Executor.cancel`, with the reason in `Executor.cancel_reason` and on the steps.
