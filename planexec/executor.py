@@ -296,6 +296,15 @@ def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
         return None
     if kind is str:
         return value if contains_placeholder(value, dialect=dialect) else None
+    if kind is dict:  # before the slower abstract checks below
+        for k, v in value.items():
+            if type(k) is str and contains_placeholder(k, dialect=dialect):
+                return k  # a key is checked like a value
+            if type(v) is not int and v is not None:
+                found = _unresolved(v, dialect)
+                if found is not None:
+                    return found
+        return None
     if isinstance(value, Ref | Template):
         return value
     if isinstance(value, Mapping):
