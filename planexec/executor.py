@@ -454,6 +454,10 @@ class Executor:
         self._last_cancel_reason: str | None = None
         self._detached: set[asyncio.Future[Any]] = set()
         self._stopping: set[asyncio.Task[Any]] = set()
+        self._written: dict[
+            tuple[int, int, str], tuple[Step, ToolSpec | None, dict[str, list[tuple[str, str]]]]
+        ] = {}
+        """`_malformed` by step, tool and dialect (the objects kept: ids stay theirs)."""
         """Step tasks the scheduler cancelled (their tool calls are abandoned); per run."""
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
@@ -620,6 +624,7 @@ class Executor:
         self.discarded = []
         self._early = set()
         self._stopping = set()
+        self._written = {}
         for sid, result in (prior or {}).items():
             self.results[sid] = result
         sched = _Schedule(dict(prior or {}), feedback or {}, MappingProxyType(self.results))
@@ -1200,13 +1205,10 @@ class Executor:
     def _check_invariant(
         self, step: Step, args: Mapping[str, Any], spec: ToolSpec | None = None
     ) -> None:
-        written: dict[str, Any] = {}
-        if spec is not None and step.positional:
-            written.update(zip(spec.arg_names, step.positional, strict=False))
-        written.update(step.args)  # each argument as the plan wrote it
-        props = spec.json_schema.get("properties", {}) if spec else {}
+        malformed = self._malformed(step, spec)
+        props = spec.json_schema.get("properties", {}) if spec and malformed else {}
         for name, value in args.items():
-            odd = find_malformed(written.get(name), dialect=self._dialect or "hashstep")
+            odd = malformed.get(name)
             if odd and not is_free_text(props.get(name)):  # REF_MALFORMED: never half-resolved
                 message = (
                     f"step {step.id}: argument {name!r} holds {odd[0][1]!r}, which begins like "
@@ -1234,6 +1236,28 @@ class Executor:
                     message,
                     failure=StepError(ErrorKind.RESOLUTION_FAILED, message, args=(name,)),
                 )
+
+    def _malformed(self, step: Step, spec: ToolSpec | None) -> dict[str, list[tuple[str, str]]]:
+        """The arguments the plan wrote with a malformed reference (`find_malformed`).
+
+        Found once per step, tool and dialect in a run (they are what the plan wrote).
+        """
+        dialect = self._dialect or "hashstep"
+        key = (id(step), id(spec), dialect)
+        known = self._written.get(key)
+        if known is not None and known[0] is step and known[1] is spec:
+            return known[2]
+        written: dict[str, Any] = {}
+        if spec is not None and step.positional:
+            written.update(zip(spec.arg_names, step.positional, strict=False))
+        written.update(step.args)  # each argument as the plan wrote it
+        found: dict[str, list[tuple[str, str]]] = {}
+        for name, value in written.items():
+            odd = find_malformed(value, dialect=dialect)
+            if odd:
+                found[name] = odd
+        self._written[key] = (step, spec, found)
+        return found
 
     async def _select(
         self, ctx: _Ctx, results: Mapping[int, StepResult], feedback: StepError | None
