@@ -454,11 +454,11 @@ class Executor:
         self._last_cancel_reason: str | None = None
         self._detached: set[asyncio.Future[Any]] = set()
         self._stopping: set[asyncio.Task[Any]] = set()
+        """Step tasks the scheduler cancelled (their tool calls are abandoned); per run."""
         self._written: dict[
             tuple[int, int, str], tuple[Step, ToolSpec | None, dict[str, list[tuple[str, str]]]]
         ] = {}
         """`_malformed` by step, tool and dialect (the objects kept: ids stay theirs)."""
-        """Step tasks the scheduler cancelled (their tool calls are abandoned); per run."""
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
         self._settings: dict[tuple[str | None, str], Any] = {}
