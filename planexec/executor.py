@@ -26,14 +26,16 @@ For each step, in order:
    destructive). Exceptions, ``is_error`` results and error payloads are
    ``TOOL_ERROR``; a timeout is ``TOOL_TIMEOUT``; an empty output is ``EMPTY_OUTPUT``.
    An argument that is NaN or infinite is ``ARGS_INVALID`` (the tool is not called).
-   The call runs in a task of its own: a timeout (or a cancellation of the step or
-   the run) never waits for the tool, so a tool that ignores cancellation is left
-   running, detached and logged (a sync tool's thread cannot be stopped at all: it is
-   abandoned). An output over ``max_output_chars`` (or the tool's
-   ``tool_output_limits``), one that contains itself or is nested deeper than
-   `planexec.results.MAX_JSON_DEPTH` is ``TOOL_ERROR`` and is not kept; what JSON
-   cannot keep of an output (colliding keys, objects that are not JSON data) is a
-   ``OUTPUT_NOT_JSON`` warning event and a note on the step.
+   The call runs as in a task of its own (one with a call timeout in a task; one
+   without in the step's task, in a context of its own, handed to a task when the step
+   stops: `_InlineCall`): a timeout (or a cancellation of the step or the run) never
+   waits for the tool, so a tool that ignores cancellation is left running, detached
+   and logged (a sync tool's thread cannot be stopped at all: it is abandoned). An
+   output over ``max_output_chars`` (or the tool's ``tool_output_limits``), one that
+   contains itself or is nested deeper than `planexec.results.MAX_JSON_DEPTH` is
+   ``TOOL_ERROR`` and is not kept; what JSON cannot keep of an output (colliding keys,
+   objects that are not JSON data) is a ``OUTPUT_NOT_JSON`` warning event and a note on
+   the step.
 
 ``run_timeout`` bounds one `Executor.run`: when it runs out the run is cancelled as by
 `Executor.cancel`, with the reason in `Executor.cancel_reason` and on the steps.
@@ -64,10 +66,12 @@ import functools
 import json
 import math
 import time
+from asyncio import current_task
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping
+from contextvars import Context, copy_context
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from planexec._log import step_log
@@ -292,6 +296,15 @@ def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
         return None
     if kind is str:
         return value if contains_placeholder(value, dialect=dialect) else None
+    if kind is dict:  # before the slower abstract checks below
+        for k, v in value.items():
+            if type(k) is str and contains_placeholder(k, dialect=dialect):
+                return k  # a key is checked like a value
+            if type(v) is not int and v is not None:
+                found = _unresolved(v, dialect)
+                if found is not None:
+                    return found
+        return None
     if isinstance(value, Ref | Template):
         return value
     if isinstance(value, Mapping):
@@ -335,6 +348,8 @@ class _Ctx:
     """The resolved arguments and their validated model (for those arguments only)."""
     unsafe_call: bool = False
     """Whether a call of a tool that is not safe was started (`StepFinished.safe`)."""
+    deadline: asyncio.Timeout | None = None
+    """The step timeout's context, while it runs."""
 
 
 class Executor:
@@ -440,6 +455,12 @@ class Executor:
         self._cancel_reason: str | None = None
         self._last_cancel_reason: str | None = None
         self._detached: set[asyncio.Future[Any]] = set()
+        self._stopping: set[asyncio.Task[Any]] = set()
+        """Step tasks the scheduler cancelled (their tool calls are abandoned); per run."""
+        self._written: dict[
+            tuple[int, int, str], tuple[Step, ToolSpec | None, dict[str, list[tuple[str, str]]]]
+        ] = {}
+        """`_malformed` by step, tool and dialect (the objects kept: ids stay theirs)."""
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
         self._settings: dict[tuple[str | None, str], Any] = {}
@@ -604,6 +625,8 @@ class Executor:
         self.reused = set()
         self.discarded = []
         self._early = set()
+        self._stopping = set()
+        self._written = {}
         for sid, result in (prior or {}).items():
             self.results[sid] = result
         sched = _Schedule(dict(prior or {}), feedback or {}, MappingProxyType(self.results))
@@ -649,35 +672,73 @@ class Executor:
         return [self.results[sid] for sid in sched.order if sid in sched.steps]
 
     async def _schedule(self, sched: _Schedule, finished: asyncio.Queue[int | _Fed | None]) -> None:
-        """The scheduler loop: start ready steps, take finished ones and feed items."""
+        """The scheduler loop: start ready steps, take feed items and failed steps.
+
+        A step that ends normally releases its dependents and starts the ready steps
+        itself (`_step_ended`), without a round trip through this loop; the loop hears of
+        a step only when its task raised or was cancelled, and is woken when nothing runs.
+        """
+        sched.live = True
+        try:
+            while not sched.complete or sched.ready or sched.running:
+                if self._cancel.is_set():
+                    break
+                self._start_ready(sched)
+                item = await finished.get()
+                if isinstance(item, _Fed):
+                    await self._take(sched, item.item)
+                    continue
+                if item is None or item not in sched.running or not sched.running[item].done():
+                    continue  # a wake-up, or a withdrawn step's late notice
+                done_task = sched.running.pop(item)
+                if not done_task.cancelled() and done_task.exception() is not None:
+                    # An event subscriber (e.g. the run store) failed: stop the run.
+                    await self._cancel_rest(sched.pending(), sched.running, sched.order)
+                    raise done_task.exception()  # type: ignore[misc]
+                # a step waiting for approval holds its dependents back with it
+                sched.finished(item, release=not _waits(self.results.get(item)))
+        finally:
+            sched.live = False
+
+    def _start_ready(self, sched: _Schedule) -> None:
+        """Start ready steps, up to ``max_concurrency`` running at once."""
         limit = self.config.max_concurrency
-        while not sched.complete or sched.ready or sched.running:
-            if self._cancel.is_set():
-                break
-            while sched.ready and len(sched.running) < limit:
-                sid = sched.ready.popleft()
-                if not sched.complete:
-                    self._early.add(sid)
-                task = asyncio.create_task(
-                    self._step_task(
-                        sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
-                    )
-                )
-                task.add_done_callback(functools.partial(_notify, finished, sid))
-                sched.running[sid] = task
-            item = await finished.get()
-            if isinstance(item, _Fed):
-                await self._take(sched, item.item)
-                continue
-            if item is None or item not in sched.running or not sched.running[item].done():
-                continue  # a wake-up from `cancel`, or a withdrawn step's late notice
-            done_task = sched.running.pop(item)
-            if not done_task.cancelled() and done_task.exception() is not None:
-                # An event subscriber (e.g. the run store) failed: stop the run.
-                await self._cancel_rest(sched.pending(), sched.running, sched.order)
-                raise done_task.exception()  # type: ignore[misc]
-            # a step waiting for approval holds its dependents back with it
-            sched.finished(item, release=not _waits(self.results.get(item)))
+        ready, running = sched.ready, sched.running
+        while ready and len(running) < limit:
+            sid = ready.popleft()
+            if not sched.complete:
+                self._early.add(sid)
+            running[sid] = asyncio.create_task(self._run_step(sched, sid))
+
+    async def _run_step(self, sched: _Schedule, sid: int) -> None:
+        """One step's task: run it, then release its dependents (`_step_ended`)."""
+        try:
+            await self._step_task(
+                sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
+            )
+        except BaseException:  # cancelled, or a subscriber failed: the scheduler decides
+            if self._finished is not None:
+                self._finished.put_nowait(sid)
+            raise
+        self._step_ended(sched, sid)
+
+    def _step_ended(self, sched: _Schedule, sid: int) -> None:
+        """A step ended normally: release its dependents and start the ready steps.
+
+        Nothing happens for a step that is no longer the one running under its id (it
+        was withdrawn), nor once the scheduler has stopped or the run is cancelled: the
+        scheduler then settles what is left.
+        """
+        running = sched.running
+        if not sched.live or self._cancel.is_set() or running.get(sid) is not current_task():
+            return
+        del running[sid]
+        # a step waiting for approval holds its dependents back with it
+        sched.finished(sid, release=not _waits(self.results.get(sid)))
+        if sched.ready:
+            self._start_ready(sched)
+        if not running and self._finished is not None:
+            self._finished.put_nowait(None)  # nothing runs: the scheduler decides what next
 
     # ------------------------------------------------------------------ arrivals
 
@@ -748,6 +809,7 @@ class Executor:
         """Cancel a running step or take back its result (no-op if it never started)."""
         task = sched.running.pop(sid, None)
         if task is not None:
+            self._stopping.add(task)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         ended = sid in sched.done
@@ -835,6 +897,7 @@ class Executor:
     ) -> None:
         """Cancel running steps (they record themselves) and record the others."""
         for task in running.values():
+            self._stopping.add(task)
             task.cancel()
         if running:
             await asyncio.gather(*running.values(), return_exceptions=True)
@@ -892,7 +955,8 @@ class Executor:
             if self.config.step_timeout is None:  # no timeout context to enter and leave
                 result = await self._execute(ctx, results, feedback, plan_ids)
             else:
-                async with asyncio.timeout(self.config.step_timeout):
+                async with asyncio.timeout(self.config.step_timeout) as deadline:
+                    ctx.deadline = deadline
                     result = await self._execute(ctx, results, feedback, plan_ids)
         except _StepFailed as failed:
             result = self._result(ctx, failed.status, failed.kind, failed.message, **failed.fields)
@@ -1150,13 +1214,10 @@ class Executor:
     def _check_invariant(
         self, step: Step, args: Mapping[str, Any], spec: ToolSpec | None = None
     ) -> None:
-        written: dict[str, Any] = {}
-        if spec is not None and step.positional:
-            written.update(zip(spec.arg_names, step.positional, strict=False))
-        written.update(step.args)  # each argument as the plan wrote it
-        props = spec.json_schema.get("properties", {}) if spec else {}
+        malformed = self._malformed(step, spec)
+        props = spec.json_schema.get("properties", {}) if spec and malformed else {}
         for name, value in args.items():
-            odd = find_malformed(written.get(name), dialect=self._dialect or "hashstep")
+            odd = malformed.get(name)
             if odd and not is_free_text(props.get(name)):  # REF_MALFORMED: never half-resolved
                 message = (
                     f"step {step.id}: argument {name!r} holds {odd[0][1]!r}, which begins like "
@@ -1184,6 +1245,28 @@ class Executor:
                     message,
                     failure=StepError(ErrorKind.RESOLUTION_FAILED, message, args=(name,)),
                 )
+
+    def _malformed(self, step: Step, spec: ToolSpec | None) -> dict[str, list[tuple[str, str]]]:
+        """The arguments the plan wrote with a malformed reference (`find_malformed`).
+
+        Found once per step, tool and dialect in a run (they are what the plan wrote).
+        """
+        dialect = self._dialect or "hashstep"
+        key = (id(step), id(spec), dialect)
+        known = self._written.get(key)
+        if known is not None and known[0] is step and known[1] is spec:
+            return known[2]
+        written: dict[str, Any] = {}
+        if spec is not None and step.positional:
+            written.update(zip(spec.arg_names, step.positional, strict=False))
+        written.update(step.args)  # each argument as the plan wrote it
+        found: dict[str, list[tuple[str, str]]] = {}
+        for name, value in written.items():
+            odd = find_malformed(value, dialect=dialect)
+            if odd:
+                found[name] = odd
+        self._written[key] = (step, spec, found)
+        return found
 
     async def _select(
         self, ctx: _Ctx, results: Mapping[int, StepResult], feedback: StepError | None
@@ -1399,12 +1482,7 @@ class Executor:
             )
 
     async def _await_call(
-        self,
-        step: Step,
-        spec: ToolSpec,
-        args: dict[str, Any],
-        timeout: float | None,
-        validated: tuple[dict[str, Any], BaseModel] | None = None,
+        self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any], timeout: float | None
     ) -> Any:
         """Make one tool call in a task of its own; wait for it at most ``timeout`` seconds.
 
@@ -1416,15 +1494,20 @@ class Executor:
                 whether the tool was left running.
             asyncio.CancelledError: the step was cancelled.
         """
+        step, validated = ctx.step, ctx.validated
         if type(self.runner) is LocalToolRunner:
             config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
             # the resolver's validation, when it is of these very arguments
             model = validated[1] if validated is not None and validated[0] is args else None
-            call = asyncio.ensure_future(
-                self.runner.call(spec, args, config=config, validated=model)
-            )
+            coro = self.runner.call(spec, args, config=config, validated=model)
         else:
-            call = asyncio.ensure_future(self.runner.call(spec, args))
+            coro = self.runner.call(spec, args)
+        if timeout is None and type(coro) is CoroutineType:
+            # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
+            context = copy_context()
+            stop = functools.partial(self._stop_call, ctx, spec, context)
+            return await _InlineCall(coro, context, stop)
+        call = asyncio.ensure_future(coro)
         if timeout is None:  # the cheapest wait that can stop waiting: a future of our own
             waiter = asyncio.get_running_loop().create_future()
             call.add_done_callback(functools.partial(_wake, waiter))
@@ -1460,11 +1543,37 @@ class Executor:
             )
         raise TimeoutError(how)
 
+    def _stop_call(
+        self,
+        ctx: _Ctx,
+        spec: ToolSpec,
+        context: Context,
+        coro: Coroutine[Any, Any, Any],
+        cancel: asyncio.CancelledError,
+    ) -> bool:
+        """Whether a cancellation met by an `_InlineCall` stops its step.
+
+        It does when the scheduler cancelled the step or its step timeout ran out: the
+        call then goes on in a task of its own, which gets the cancellation first, and
+        is abandoned (`_detach`). Any other cancellation (e.g. the tool's own timeout)
+        is the tool's.
+        """
+        deadline = ctx.deadline
+        if current_task() not in self._stopping and (deadline is None or not deadline.expired()):
+            return False
+        loop = asyncio.get_running_loop()
+        self._detach(loop.create_task(_resumed(coro, cancel), context=context), ctx.step, spec)
+        return True
+
     def _abandon(self, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
         """Cancel a tool call and stop waiting for it; keep it referenced until it ends."""
         if call.done():
             return
         call.cancel()
+        self._detach(call, step, spec)
+
+    def _detach(self, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
+        """Stop waiting for a tool call; keep it referenced (and logged) until it ends."""
         self._detached.add(call)
         call.add_done_callback(
             functools.partial(self._detached_done, self.run_id, step.id, spec.name)
@@ -1530,7 +1639,7 @@ class Executor:
                     )
                 )
             try:
-                raw = await self._await_call(step, spec, args, timeout, ctx.validated)
+                raw = await self._await_call(ctx, spec, args, timeout)
             except asyncio.CancelledError:
                 breaker.release()
                 raise
@@ -1680,13 +1789,67 @@ def _held(steps: list[Step], results: Mapping[int, StepResult]) -> set[int]:
     return held
 
 
+class _InlineCall:
+    """A tool call awaited in its step's own task, as if it ran in a task of its own.
+
+    No task per call: the call's coroutine is driven here, in a copy of the step's
+    context (as a task would run it), and everything is passed through to it (results,
+    exceptions, a cancellation that is not the step's, e.g. the tool's own timeout). A
+    cancellation that stops the step (``stop`` says so, and hands the call to a task of
+    its own that throws it in: `Executor._stop_call`) is not waited for: a tool that
+    ignores it is left running, detached, as with a task per call.
+    """
+
+    __slots__ = ("_context", "_coro", "_error", "_stop")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        context: Context | None,
+        stop: Callable[[Coroutine[Any, Any, Any], asyncio.CancelledError], bool] | None,
+        error: BaseException | None = None,
+    ) -> None:
+        self._coro = coro
+        self._context = context
+        self._stop = stop
+        self._error = error
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, context, stop = self._coro, self._context, self._stop
+        value: Any = None
+        error = self._error
+        while True:
+            try:
+                if context is None:
+                    yielded = coro.send(value) if error is None else coro.throw(error)
+                elif error is None:
+                    yielded = context.run(coro.send, value)
+                else:
+                    yielded = context.run(coro.throw, error)
+            except StopIteration as end:
+                return end.value
+            value = error = None
+            try:
+                value = yield yielded
+            except asyncio.CancelledError as cancel:
+                if stop is not None and stop(coro, cancel):
+                    raise  # the step stops; the call went on in a task of its own
+                error = cancel
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - passed on to the call, as a task would
+                error = exc
+
+
+async def _resumed(coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> Any:
+    """The rest of an abandoned `_InlineCall`, in a task of its own: it gets ``cancel``."""
+    return await _InlineCall(coro, None, None, cancel)
+
+
 def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
     if not waiter.done():  # not cancelled meanwhile
         waiter.set_result(None)
-
-
-def _notify(queue: asyncio.Queue[Any], sid: int, _task: asyncio.Task[Any]) -> None:
-    queue.put_nowait(sid)
 
 
 def _call_key(step: Step) -> str:
@@ -1740,6 +1903,8 @@ class _Schedule:
         self.running: dict[int, asyncio.Task[Any]] = {}
         self.done: set[int] = set()
         self.order: list[int] = []
+        self.live = False
+        """Whether the scheduler loop runs (ending steps release their dependents)."""
         self.spare: dict[str, StepResult] = {}
         """Succeeded results of withdrawn steps without references, by call
         (`_call_key`): a step making the same call reuses one instead of running."""
@@ -1820,9 +1985,11 @@ class _Schedule:
     def release_all(self) -> None:
         """The plan is complete: nothing is held, nobody waits for a step never written."""
         self.held.clear()
-        for sid in list(self.blockers):
-            self.blockers[sid] &= set(self.steps)
-            self.blockers[sid] -= self.done
+        steps, done = self.steps, self.done
+        for sid in list(self.blockers):  # linear in the dependencies, not in the steps
+            deps = self.blockers[sid]
+            if deps:
+                deps.intersection_update([d for d in deps if d in steps and d not in done])
             self._check(sid)
 
 

@@ -799,11 +799,12 @@ def _quick_resolution(
     methods: dict[str, ResolutionMethod] = {}
     schema = spec.args_schema
     for name, value in step.args.items():
-        if type(value) is Ref:
-            upstream = results.get(value.step)
-            if upstream is None or upstream.status is not StepStatus.SUCCEEDED:
+        if type(value) is list:
+            resolved, method = _quick_list(value, results)
+        else:
+            if type(value) is Ref and not _succeeded(value, results):
                 return None
-        resolved, method = _fast_value(value, results)
+            resolved, method = _fast_value(value, results)
         if resolved is _MISSING or not _fits_as_is(schema, name, resolved):
             return None
         values[name] = resolved
@@ -813,6 +814,32 @@ def _quick_resolution(
     except ValidationError:
         return None  # the full resolution says which arguments and why
     return ResolvedArgs(args=values, methods=methods, validated=validated)
+
+
+def _succeeded(ref: Ref, results: Mapping[int, StepResult]) -> bool:
+    upstream = results.get(ref.step)
+    return upstream is not None and upstream.status is StepStatus.SUCCEEDED
+
+
+def _quick_list(
+    items: list[Any], results: Mapping[int, StepResult]
+) -> tuple[Any, ResolutionMethod]:
+    """What `_resolve_value` gives for a list whose items are all on the fast path.
+
+    Every item a literal scalar or a whole-value reference to a step that succeeded
+    (`_fast_value`); else `_MISSING` (as the value): the general path.
+    """
+    out: list[Any] = []
+    methods: list[ResolutionMethod] = []
+    for item in items:
+        if type(item) is Ref and not _succeeded(item, results):
+            return _MISSING, ResolutionMethod.LITERAL
+        value, method = _fast_value(item, results)
+        if value is _MISSING:
+            return _MISSING, ResolutionMethod.LITERAL
+        out.append(value)
+        methods.append(method)
+    return out, _strongest(methods)
 
 
 class _Resolution:

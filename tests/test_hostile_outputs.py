@@ -7,6 +7,7 @@ wait is bounded by ``asyncio.wait_for``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime
 import enum
 import json
@@ -21,7 +22,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 from planexec.config import AgentConfig, ExecutorSettings, RetrySettings
 from planexec.errors import ConfigError, ErrorKind
-from planexec.events import Event, EventBus, FallbackUsed, RunFinished
+from planexec.events import Event, EventBus, FallbackUsed, RunFinished, StepFinished
 from planexec.executor import Executor
 from planexec.parsing import parse_plan
 from planexec.plan import Plan, Step
@@ -196,6 +197,66 @@ async def test_cancel_does_not_wait_for_a_tool_that_swallows_cancellation() -> N
     assert res[1].status is StepStatus.CANCELLED
     assert "stopped by the test" in (res[1].error or "")
     assert h.executor.cancel_reason == "stopped by the test"
+
+
+async def test_a_cancelled_call_left_running_is_counted_until_it_ends() -> None:
+    release, started = asyncio.Event(), asyncio.Event()
+    h = Harness([stubborn_tool("stubborn", release, started)])  # no timeouts at all
+    task = asyncio.create_task(h.run(Step(id=1, tool="stubborn")))
+    await asyncio.wait_for(started.wait(), BOUND)
+    h.executor.cancel()
+    res = await asyncio.wait_for(task, BOUND)
+    assert res[1].status is StepStatus.CANCELLED
+    assert h.executor.detached_calls == 1  # it swallowed the cancellation: still running
+    release.set()
+    for _ in range(100):  # bounded: the detached call ends a few loop turns after release
+        if h.executor.detached_calls == 0:
+            break
+        await asyncio.sleep(0)
+    assert h.executor.detached_calls == 0
+
+
+@pytest.mark.parametrize("step_timeout", [None, BOUND])
+async def test_a_tools_own_timeout_is_the_tools_not_the_steps(step_timeout: float | None) -> None:
+    """A cancellation the tool brings on itself (its own timeout) is passed to it."""
+
+    async def patient() -> str:
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.Event().wait()
+        except TimeoutError:
+            return "gave up waiting"
+        return "never"
+
+    tool = StructuredTool.from_function(coroutine=patient, name="patient", description="t")
+    h = Harness([tool], ExecutorSettings(step_timeout=step_timeout, tool_retry=FAST))
+    res = await h.run(Step(id=1, tool="patient"))
+    assert res[1].status is StepStatus.SUCCEEDED, res[1]
+    assert res[1].output == "gave up waiting"
+    assert h.executor.detached_calls == 0
+
+
+async def test_a_tool_call_runs_in_a_context_of_its_own() -> None:
+    """Context variables a tool sets do not leak into its step (as with a task per call)."""
+    probe: contextvars.ContextVar[str] = contextvars.ContextVar("probe", default="unset")
+
+    async def setter() -> str:
+        probe.set("set by the tool")
+        await asyncio.sleep(0)  # suspended once: the rest runs in the same context
+        return probe.get()
+
+    seen: list[str] = []
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, StepFinished):
+            seen.append(probe.get())
+
+    tool = StructuredTool.from_function(coroutine=setter, name="setter", description="t")
+    h = Harness([tool])
+    h.bus.subscribe(on_event)
+    res = await h.run(Step(id=1, tool="setter"))
+    assert res[1].output == "set by the tool"
+    assert seen == ["unset"]
 
 
 async def test_the_run_timeout_cancels_the_run_and_records_its_reason() -> None:

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ConfigDict, TypeAdapter, ValidationError, create_model
 
+from planexec.errors import ErrorKind
 from planexec.plan import Ref, Step
 from planexec.resolver import ArgResolver, ResolvedArgs
 from planexec.results import ResolutionMethod, StepResult, StepStatus
@@ -121,3 +122,52 @@ def test_reference_values_are_passed_on_or_coerced(
 def test_a_literal_that_looks_like_a_reference_is_not_taken_as_a_literal() -> None:
     out = resolve(spec_for(str), "<step_9.id>", as_ref=False)
     assert not isinstance(out, ResolvedArgs)
+
+
+items = st.lists(
+    st.one_of(
+        st.tuples(st.just("ref"), values),
+        st.tuples(
+            st.just("literal"),
+            st.none() | st.booleans() | st.integers() | st.text(alphabet="abc xyz", max_size=5),
+        ),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(annotation=st.sampled_from([Any, list, list[Any]]), written=items)
+def test_a_list_of_references_and_literals_resolves_item_by_item(
+    annotation: Any, written: list[tuple[str, Any]]
+) -> None:
+    """Oracle: each reference replaced by its step's output, each literal kept as is."""
+    results: dict[int, StepResult] = {}
+    arg: list[Any] = []
+    for i, (kind, value) in enumerate(written, start=1):
+        if kind == "ref":
+            results[i] = StepResult(i, "src", StepStatus.SUCCEEDED, output=value)
+            arg.append(Ref(i, raw=f"<step_{i}>"))
+        else:
+            arg.append(value)
+    step = Step(id=99, tool="target", args={"v": arg}, depends_on=tuple(results))
+    out = asyncio.run(ArgResolver().resolve(step, spec_for(annotation), results))
+    assert isinstance(out, ResolvedArgs), out
+    assert out.args["v"] == [value for _, value in written]
+    assert all(a is v for a, (_, v) in zip(out.args["v"], written, strict=True))
+    refs = any(kind == "ref" for kind, _ in written)
+    assert out.methods["v"] is (ResolutionMethod.REFERENCE if refs else ResolutionMethod.LITERAL)
+
+
+@pytest.mark.parametrize("status", [StepStatus.FAILED, StepStatus.SKIPPED])
+def test_a_list_holding_a_reference_to_a_step_that_did_not_succeed_fails(
+    status: StepStatus,
+) -> None:
+    results = {
+        1: StepResult(1, "src", StepStatus.SUCCEEDED, output=1),
+        2: StepResult(2, "src", status, error="boom" if status is StepStatus.FAILED else None),
+    }
+    step = Step(id=3, tool="target", args={"v": [Ref(1), Ref(2)]}, depends_on=(1, 2))
+    out = asyncio.run(ArgResolver().resolve(step, spec_for(list[Any]), results))
+    assert not isinstance(out, ResolvedArgs)
+    assert out.kind is ErrorKind.UPSTREAM_FAILED
