@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from planexec.errors import PlanParseError
 from planexec.parsing import parse_plan
 from planexec.parsing.hashstep import parse_hashstep
 from planexec.parsing.refs import NO_STEP
@@ -392,7 +393,12 @@ def test_any_arguments_rendered_as_an_inline_call_read_back_the_same(
 @given(inside=st.text(max_size=40))
 def test_no_call_loses_a_value_without_an_error(inside: str) -> None:
     text = f"#Task1: a\n#Tool1: tool({inside})\n#Dependency1: None\n"
-    plan = parse_hashstep(text)
+    try:
+        plan = parse_hashstep(text)
+    except PlanParseError:
+        # refused loudly, e.g. a lone "</think>" inside the call: what comes before it is
+        # read as leaked reasoning (REASONING_DROPPED), and what is left holds no step
+        return
     step = plan.steps[0]
     if step.args_valid and not step.args and not step.positional:
         # only allowed when nothing was inside, or it only named parameters
