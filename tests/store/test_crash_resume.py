@@ -152,8 +152,11 @@ def test_an_unsafe_call_cut_short_stops_the_run_until_forced(tmp_path: Path) -> 
     crash.start_and_kill("run-u", "tool:s2", tool2="write", result_delay="60")
     assert 1 in crash.succeeded("run-u")
     with SQLiteRunStore(crash.store) as store:
-        [started] = store.started_calls_without_result("run-u")
-    assert (started.step_id, started.args) == (2, {"label": "s2", "prev": "s1-out"})
+        started = {c.step_id: c for c in store.started_calls_without_result("run-u")}
+    # step 4 (a safe read running alongside) may have its call start in the commit that
+    # step 2's unsafe call start made of the whole queue: resume runs it again either way
+    assert set(started) in ({2}, {2, 4})
+    assert started[2].args == {"label": "s2", "prev": "s1-out"}
 
     stopped = crash.resume("run-u")
     assert stopped.returncode == 1
