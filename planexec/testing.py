@@ -464,6 +464,22 @@ class StreamingModel(FunctionModel):
         async for chunk in super().astream(input, config, stop=stop, **kwargs):
             yield chunk
 
+    @property
+    def _sleep(self) -> Callable[[float], Awaitable[None]]:
+        """The clock's sleep (real time without a clock)."""
+        return self.clock.sleep if self.clock is not None else asyncio.sleep
+
+    async def _reply(self, out: Any, kwargs: dict[str, Any]) -> tuple[str | None, str]:
+        """The tool a structured call asks for (None: plain text) and the reply's text.
+
+        ``out`` is the function's answer, awaited when the function is async.
+        """
+        if asyncio.iscoroutine(out):
+            out = await out
+        tool = _tool_name(kwargs)
+        structured = tool is not None or "response_format" in kwargs
+        return tool, self._reply_text(out) if structured else str(out)
+
     async def _astream(
         self,
         messages: list[BaseMessage],
@@ -478,15 +494,10 @@ class StreamingModel(FunctionModel):
             out = self.function(call, list(messages))
         else:
             out = self._ask(messages, run_manager)
-        if asyncio.iscoroutine(out):
-            out = await out
-        tool = _tool_name(kwargs)
-        text = self._reply_text(out) if tool is not None or "response_format" in kwargs else (
-            str(out)
-        )
+        tool, text = await self._reply(out, kwargs)
         size = max(1, self.chars_per_token * self.tokens_per_chunk)
         delay = self.tokens_per_chunk / self.tokens_per_second if self.tokens_per_second else 0.0
-        sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
+        sleep = self._sleep
         begun = self._now()
         for index, start in enumerate(range(0, max(len(text), 1), size)):
             if delay:  # against the start, so waits do not add up their overshoots
@@ -514,18 +525,11 @@ class StreamingModel(FunctionModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        out = self._ask(messages, run_manager)
-        if asyncio.iscoroutine(out):
-            out = await out
-        tool = _tool_name(kwargs)
-        text = self._reply_text(out) if tool is not None or "response_format" in kwargs else (
-            str(out)
-        )
+        tool, text = await self._reply(self._ask(messages, run_manager), kwargs)
         if self.tokens_per_second:
             size = max(1, self.chars_per_token * self.tokens_per_chunk)
             chunks = max(1, -(-len(text) // size))
-            sleep = self.clock.sleep if self.clock is not None else asyncio.sleep
-            await sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
+            await self._sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
         if tool is None:
             return self._result(text)
         message = AIMessage(content="")
