@@ -68,7 +68,7 @@ import math
 import time
 from asyncio import current_task
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping
 from contextvars import Context, copy_context
 from dataclasses import dataclass, field, replace
 from types import CoroutineType, MappingProxyType
@@ -106,7 +106,9 @@ from planexec.tools import (
     ToolCatalog,
     ToolOutputError,
     ToolSpec,
+    callbacks_around,
     check_output,
+    direct_coroutine,
     error_payload,
     invoke_tool,
     sync_only,
@@ -161,13 +163,15 @@ class LocalToolRunner:
         config: RunnableConfig | None = None,
         *,
         validated: BaseModel | None = None,
+        callbacks: bool | None = None,
     ) -> Any:
         """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given).
 
         ``validated``: the arguments as the resolver validated them (not validated
-        again on the direct path).
+        again on the direct path). ``callbacks``: whether a langchain callback would see
+        the call (`planexec.tools.callbacks_around`; None: asked per call).
         """
-        return await invoke_tool(spec, args, config, validated=validated)
+        return await invoke_tool(spec, args, config, validated=validated, callbacks=callbacks)
 
 
 @runtime_checkable
@@ -255,6 +259,9 @@ def _is_empty(value: Any) -> bool:
     """Whether an output is empty: None, a blank string, an empty list, tuple or dict."""
     if value is None:
         return True
+    kind = type(value)
+    if kind is dict or kind is list:  # the common case first
+        return not value
     if isinstance(value, str):
         return not value.strip()
     if isinstance(value, list | tuple | dict):
@@ -326,7 +333,7 @@ def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
     return None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Ctx:
     """What is known about a step while it runs."""
 
@@ -350,6 +357,18 @@ class _Ctx:
     """Whether a call of a tool that is not safe was started (`StepFinished.safe`)."""
     deadline: asyncio.Timeout | None = None
     """The step timeout's context, while it runs."""
+    waited: bool = False
+    """Whether the last tool call waited for something (the event loop had a turn)."""
+    empties: int = 0
+    """Attempts that returned an empty output."""
+    warnings: list[str] | None = None
+    """What JSON could not keep of the last attempt's output (`check_output`)."""
+
+
+_ToolSettings = tuple[
+    CircuitBreaker, float | None, int | None, RetryPolicy, asyncio.Semaphore | None
+]
+"""A tool's breaker, call timeout, output limit, retry policy and call slots."""
 
 
 class Executor:
@@ -457,10 +476,6 @@ class Executor:
         self._detached: set[asyncio.Future[Any]] = set()
         self._stopping: set[asyncio.Task[Any]] = set()
         """Step tasks the scheduler cancelled (their tool calls are abandoned); per run."""
-        self._written: dict[
-            tuple[int, int, str], tuple[Step, ToolSpec | None, dict[str, list[tuple[str, str]]]]
-        ] = {}
-        """`_malformed` by step, tool and dialect (the objects kept: ids stay theirs)."""
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per-tool call slots (``tool_concurrency``), by qualified name; per run."""
         self._settings: dict[tuple[str | None, str], Any] = {}
@@ -469,6 +484,8 @@ class Executor:
         """Results of steps started while the plan was streamed that the final plan does
         not hold (cancelled, or their results discarded), in the order discarded."""
         self._early: set[int] = set()
+        self._callbacks: bool | None = None
+        """`planexec.tools.callbacks_around` as the current run found it."""
 
     # ------------------------------------------------------------------ public API
 
@@ -626,7 +643,8 @@ class Executor:
         self.discarded = []
         self._early = set()
         self._stopping = set()
-        self._written = {}
+        # asked once: the steps run in copies of this context (their tasks' contexts)
+        self._callbacks = callbacks_around()
         for sid, result in (prior or {}).items():
             self.results[sid] = result
         sched = _Schedule(dict(prior or {}), feedback or {}, MappingProxyType(self.results))
@@ -711,34 +729,61 @@ class Executor:
             running[sid] = asyncio.create_task(self._run_step(sched, sid))
 
     async def _run_step(self, sched: _Schedule, sid: int) -> None:
-        """One step's task: run it, then release its dependents (`_step_ended`)."""
-        try:
-            await self._step_task(
-                sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
-            )
-        except BaseException:  # cancelled, or a subscriber failed: the scheduler decides
-            if self._finished is not None:
-                self._finished.put_nowait(sid)
-            raise
-        self._step_ended(sched, sid)
+        """A step's task: run it, release its dependents (`_step_ended`), and run on.
 
-    def _step_ended(self, sched: _Schedule, sid: int) -> None:
+        The task goes on with one of the steps that became ready (`_step_ended` says
+        which), as a new task would (a chain needs no task per step).
+        """
+        next_sid: int | None = sid
+        busy = 0  # steps run back to back without a turn of the loop
+        while next_sid is not None:
+            sid = next_sid
+            try:
+                waited = await self._step_task(
+                    sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
+                )
+            except BaseException:  # cancelled, or a subscriber failed: the scheduler decides
+                if self._finished is not None:
+                    self._finished.put_nowait(sid)
+                raise
+            next_sid = self._step_ended(sched, sid)
+            busy = 0 if waited else busy + 1
+            if next_sid is not None and busy >= _TURN_EVERY:
+                # a chain of tools that never wait gives the loop a turn now and then:
+                # timeouts, cancels and the other tasks never wait long
+                await asyncio.sleep(0)
+                busy = 0
+
+    def _step_ended(self, sched: _Schedule, sid: int) -> int | None:
         """A step ended normally: release its dependents and start the ready steps.
+
+        Returns a ready step for the ending step's task to run next (the others get
+        tasks of their own), or None. The task goes on only when running it is what a
+        new task would do: no trace (whose spans live in the task's context) and no
+        cancellation requested of the task (it is being stopped).
 
         Nothing happens for a step that is no longer the one running under its id (it
         was withdrawn), nor once the scheduler has stopped or the run is cancelled: the
         scheduler then settles what is left.
         """
         running = sched.running
-        if not sched.live or self._cancel.is_set() or running.get(sid) is not current_task():
-            return
+        task = current_task()
+        if not sched.live or self._cancel.is_set() or running.get(sid) is not task:
+            return None
         del running[sid]
         # a step waiting for approval holds its dependents back with it
         sched.finished(sid, release=not _waits(self.results.get(sid)))
+        next_sid: int | None = None
         if sched.ready:
+            if self.trace is None and task is not None and not task.cancelling():
+                next_sid = sched.ready.popleft()
+                if not sched.complete:
+                    self._early.add(next_sid)
+                running[next_sid] = task
             self._start_ready(sched)
         if not running and self._finished is not None:
             self._finished.put_nowait(None)  # nothing runs: the scheduler decides what next
+        return next_sid
 
     # ------------------------------------------------------------------ arrivals
 
@@ -763,7 +808,8 @@ class Executor:
         else:
             await self._complete(sched, item)
 
-    async def _admit(self, sched: _Schedule, step: Step) -> None:
+    async def _admit(self, sched: _Schedule, step: Step, *, whole: bool = False) -> None:
+        """Take a step in (``whole``: it comes with the whole plan, nothing is early)."""
         sid = step.id
         sched.steps[sid] = step
         sched.ids.add(sid)
@@ -791,7 +837,7 @@ class Executor:
             sched.finished(sid)
             return
         self.results.pop(sid, None)  # an earlier failure of a step that runs again
-        sched.wait(step, early=sched.complete or self.may_start_early(step))
+        sched.wait(step, early=whole or sched.complete or self.may_start_early(step))
 
     async def _withdraw(self, sched: _Schedule, sid: int, reason: str) -> None:
         """Take a step back: cancel it or discard its result, and those of its users."""
@@ -865,7 +911,7 @@ class Executor:
             sched.steps[s.id] = s
             sched.ids.add(s.id)
         for s in new:
-            await self._admit(sched, s)
+            await self._admit(sched, s, whole=True)
         sched.complete = True
         sched.release_all()
 
@@ -946,7 +992,11 @@ class Executor:
         results: Mapping[int, StepResult],
         feedback: StepError | None,
         plan_ids: set[int],
-    ) -> StepResult:
+    ) -> bool:
+        """Run one step and record its result; return whether its tool call waited.
+
+        A call that waited gave the event loop a turn (`_run_step` gives one otherwise).
+        """
         ctx = _Ctx(step=step, started_at=time.time(), t0=time.perf_counter())
         ctx.tool, ctx.server = step.tool, step.server
         if self.trace is not None:
@@ -991,7 +1041,7 @@ class Executor:
         if self.trace is not None:
             await self.trace.end_step(result)
         await self._finish(result, safe=not ctx.unsafe_call)
-        return result
+        return ctx.waited
 
     def _result(
         self,
@@ -999,30 +1049,37 @@ class Executor:
         status: StepStatus,
         kind: ErrorKind | None,
         message: str | None,
+        *,
+        output: Any = None,
+        raw_output: Any = None,
+        note: str | None = None,
         **fields: Any,
     ) -> StepResult:
-        values: dict[str, Any] = {
-            "step_id": ctx.step.id,
-            "tool": ctx.tool,
-            "status": status,
-            "args": None,
-            "error": message,
-            "error_kind": kind,
-            "resolution": dict(ctx.resolution),
-            "grounding": dict(ctx.grounding),
-            "llm_calls": ctx.llm_calls,
-            "attempts": ctx.attempts,
-            "started_at": ctx.started_at,
-            "duration": time.perf_counter() - ctx.t0,
-            "server": ctx.server,
-        }
-        if ctx.attempts:
-            values["args"] = ctx.args
-        values.update(fields)
+        """The step's result (``fields``: more of `StepResult`'s, e.g. ``args``, ``failure``)."""
         if ctx.note:
-            note = values.get("note")
-            values["note"] = _join_note(ctx.note, note) if note else ctx.note
-        return StepResult(**values)
+            note = _join_note(ctx.note, note) if note else ctx.note
+        args = fields.pop("args") if "args" in fields else (ctx.args if ctx.attempts else None)
+        if "error" in fields:  # e.g. a waiting step: no error, whatever the message
+            message = fields.pop("error")
+        return StepResult(
+            step_id=ctx.step.id,
+            tool=ctx.tool,
+            status=status,
+            args=args,
+            output=output,
+            raw_output=raw_output,
+            error=message,
+            error_kind=kind,
+            resolution=dict(ctx.resolution),
+            grounding=dict(ctx.grounding),
+            llm_calls=ctx.llm_calls,
+            attempts=ctx.attempts,
+            started_at=ctx.started_at,
+            duration=time.perf_counter() - ctx.t0,
+            server=ctx.server,
+            note=note,
+            **fields,
+        )
 
     # ------------------------------------------------------------------ one step
 
@@ -1069,7 +1126,9 @@ class Executor:
                 return await self._select(ctx, results, feedback)
             return await self._reason(ctx, results)
 
-        self._check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})  # literals
+        if _non_finite(step.args) is not None or _non_finite(step.positional) is not None:
+            # the plan's literals: found, then worded with the argument's name
+            self._check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})
         ctx.phase = "resolving"
         resolved = await self.resolver.resolve(
             step,
@@ -1080,14 +1139,15 @@ class Executor:
             bus=self.bus,
         )
         ctx.llm_calls += resolved.llm_calls
-        ctx.resolution = dict(resolved.methods)  # partial on a failure
-        ctx.grounding = dict(resolved.grounding)
+        # the resolution's own (fresh) dicts: `_result` copies them into the result
+        ctx.resolution = resolved.methods  # partial on a failure
+        ctx.grounding = resolved.grounding
         if isinstance(resolved, ResolutionFailure):
             named = _named(step.id, resolved.message)
             raise _StepFailed(
                 StepStatus.FAILED, resolved.kind, named, failure=resolved.to_error(named)
             )
-        args = dict(resolved.args)
+        args = resolved.args  # a fresh dict of this resolution's
         if resolved.validated is not None:
             ctx.validated = (args, resolved.validated)
         ctx.phase = "calling"
@@ -1184,7 +1244,8 @@ class Executor:
                 )
 
     def _check_upstream(self, step: Step, results: Mapping[int, StepResult]) -> None:
-        for dep in sorted(step.deps):
+        deps = step.deps
+        for dep in sorted(deps) if len(deps) > 1 else deps:
             r = results.get(dep)
             if r is None or r.status is StepStatus.SUCCEEDED:
                 continue
@@ -1246,27 +1307,25 @@ class Executor:
                     failure=StepError(ErrorKind.RESOLUTION_FAILED, message, args=(name,)),
                 )
 
-    def _malformed(self, step: Step, spec: ToolSpec | None) -> dict[str, list[tuple[str, str]]]:
+    def _malformed(
+        self, step: Step, spec: ToolSpec | None
+    ) -> Mapping[str, list[tuple[str, str]]]:
         """The arguments the plan wrote with a malformed reference (`find_malformed`).
 
-        Found once per step, tool and dialect in a run (they are what the plan wrote).
+        Nothing is built for a step without any (the common case).
         """
         dialect = self._dialect or "hashstep"
-        key = (id(step), id(spec), dialect)
-        known = self._written.get(key)
-        if known is not None and known[0] is step and known[1] is spec:
-            return known[2]
-        written: dict[str, Any] = {}
+        written: Mapping[str, Any] = step.args  # each argument as the plan wrote it
         if spec is not None and step.positional:
-            written.update(zip(spec.arg_names, step.positional, strict=False))
-        written.update(step.args)  # each argument as the plan wrote it
-        found: dict[str, list[tuple[str, str]]] = {}
+            written = {**dict(zip(spec.arg_names, step.positional, strict=False)), **written}
+        found: dict[str, list[tuple[str, str]]] | None = None
         for name, value in written.items():
             odd = find_malformed(value, dialect=dialect)
             if odd:
+                if found is None:
+                    found = {}
                 found[name] = odd
-        self._written[key] = (step, spec, found)
-        return found
+        return found if found is not None else _NONE_MALFORMED
 
     async def _select(
         self, ctx: _Ctx, results: Mapping[int, StepResult], feedback: StepError | None
@@ -1418,9 +1477,7 @@ class Executor:
             )
         return self._result(ctx, StepStatus.SUCCEEDED, None, None, output=answer, raw_output=answer)
 
-    def _tool_settings(
-        self, spec: ToolSpec
-    ) -> tuple[CircuitBreaker, float | None, int | None, RetryPolicy, asyncio.Semaphore | None]:
+    def _tool_settings(self, spec: ToolSpec) -> _ToolSettings:
         """A tool's breaker, call timeout, output limit, retry policy and call slots.
 
         Looked up once per tool and run (the configuration does not change in a run).
@@ -1481,32 +1538,49 @@ class Executor:
                 ),
             )
 
-    async def _await_call(
+    def _tool_call(
         self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any], timeout: float | None
-    ) -> Any:
-        """Make one tool call in a task of its own; wait for it at most ``timeout`` seconds.
+    ) -> Awaitable[Any]:
+        """One tool call, to await: driven in the step's task, or in a task of its own.
 
-        The wait never depends on the tool: on a timeout, or when this step is
-        cancelled, the call is cancelled and not waited for (`_abandon`).
+        Without a call timeout, a call that is a coroutine is driven in the step's own
+        task (`_InlineCall`, no task per call); otherwise it runs in a task of its own
+        (`_await_task`). Either way the wait never depends on the tool: on a timeout, or
+        when this step is cancelled, the call is cancelled and not waited for.
 
         Raises:
-            TimeoutError: the call took longer than ``timeout``; the message says
-                whether the tool was left running.
-            asyncio.CancelledError: the step was cancelled.
+            pydantic.ValidationError: the arguments do not fit the tool's schema
+                (found before the call, on the direct path).
         """
         step, validated = ctx.step, ctx.validated
         if type(self.runner) is LocalToolRunner:
             config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
             # the resolver's validation, when it is of these very arguments
             model = validated[1] if validated is not None and validated[0] is args else None
-            coro = self.runner.call(spec, args, config=config, validated=model)
+            direct = None if config is not None else direct_coroutine(
+                spec, args, validated=model, callbacks=self._callbacks
+            )  # the tool's own coroutine: no wrapper to pass every turn through
+            coro = direct if direct is not None else self.runner.call(
+                spec, args, config=config, validated=model, callbacks=self._callbacks
+            )
         else:
             coro = self.runner.call(spec, args)
         if timeout is None and type(coro) is CoroutineType:
             # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
-            context = copy_context()
-            stop = functools.partial(self._stop_call, ctx, spec, context)
-            return await _InlineCall(coro, context, stop)
+            return _InlineCall(coro, copy_context(), _Stop(self, ctx, spec))
+        return self._await_task(ctx, spec, coro, timeout)
+
+    async def _await_task(
+        self, ctx: _Ctx, spec: ToolSpec, coro: Awaitable[Any], timeout: float | None
+    ) -> Any:
+        """Run a tool call in a task of its own; wait for it at most ``timeout`` seconds.
+
+        Raises:
+            TimeoutError: the call took longer than ``timeout``; the message says
+                whether the tool was left running.
+            asyncio.CancelledError: the step was cancelled.
+        """
+        step = ctx.step
         call = asyncio.ensure_future(coro)
         if timeout is None:  # the cheapest wait that can stop waiting: a future of our own
             waiter = asyncio.get_running_loop().create_future()
@@ -1598,118 +1672,13 @@ class Executor:
         step = ctx.step
         self._check_finite(ctx, args)
         ctx.args = args
-        breaker, timeout, output_limit, policy, slots = self._tool_settings(spec)
-        empties = 0
-        warnings: list[str] = []
-
-        def shown() -> str:
-            return _short(args)
-
-        async def attempt() -> tuple[Any, Any]:
-            if slots is None:
-                return await attempt_call()
-            async with slots:  # the tool is at its limit: wait for a call to end
-                return await attempt_call()
-
-        async def attempt_call() -> tuple[Any, Any]:
-            nonlocal empties
-            try:
-                breaker.before_call()
-            except CircuitOpenError as exc:
-                raise _StepFailed(
-                    StepStatus.FAILED,
-                    ErrorKind.CIRCUIT_OPEN,
-                    f"step {step.id}: tool {spec.name!r} not called: {exc}",
-                    args=None,
-                ) from exc
-            ctx.attempts += 1
-            self.usage.tool_calls += 1
-            if not spec.hints.safe:
-                ctx.unsafe_call = True
-            if self.bus.listening:
-                await self.bus.emit(
-                    ToolCallStarted(
-                        run_id=self.run_id,
-                        step_id=step.id,
-                        tool=spec.name,
-                        args=args,
-                        attempt=ctx.attempts,
-                        plan_version=self._plan_version,
-                        safe=spec.hints.safe,
-                    )
-                )
-            try:
-                raw = await self._await_call(ctx, spec, args, timeout)
-            except asyncio.CancelledError:
-                breaker.release()
-                raise
-            except TimeoutError as exc:
-                breaker.record_failure()
-                raise _AttemptFailed(
-                    ErrorKind.TOOL_TIMEOUT,
-                    f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
-                    f"(args {shown()}); {exc}",
-                ) from exc
-            except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
-                breaker.record_failure()
-                raise _AttemptFailed(
-                    ErrorKind.TOOL_ERROR,
-                    f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
-                    f"{_cut(str(exc), 500)} (args {shown()})",
-                    cause=f"{type(exc).__name__}: {_cut(str(exc), 500)}",
-                ) from exc
-            breaker.record_success()
-            try:
-                output, raw_out, found = check_output(raw, limit=output_limit)
-            except ToolOutputError as exc:
-                raise _AttemptFailed(
-                    ErrorKind.TOOL_ERROR,
-                    f"step {step.id}: tool {spec.name!r} returned an output that cannot be "
-                    f"kept: {exc} (args {shown()})",
-                    retry=False,
-                    cause=str(exc),
-                ) from exc
-            warnings[:] = found
-            payload = _error_flag(raw) or error_payload(output, self.config.error_payload_keys)
-            if payload is not None:
-                raise _AttemptFailed(
-                    ErrorKind.TOOL_ERROR,
-                    f"step {step.id}: tool {spec.name!r} returned an error: "
-                    f"{_cut(payload, 500)} (args {shown()})",
-                    output,
-                    raw_out,
-                    retry=self.config.retry_error_payloads,
-                    cause=_cut(payload, 500),
-                )
-            if _is_empty(output):
-                empties += 1
-                raise _AttemptFailed(
-                    ErrorKind.EMPTY_OUTPUT,
-                    f"step {step.id}: tool {spec.name!r} returned an empty output "
-                    f"({output!r}) (args {shown()})",
-                    output,
-                    raw_out,
-                )
-            return output, raw_out
-
-        def retry_if(exc: BaseException) -> bool:
-            if not isinstance(exc, _AttemptFailed) or not exc.retry:
-                return False
-            if exc.kind is ErrorKind.EMPTY_OUTPUT:
-                if self.config.empty_output == "warn":
-                    return False
-                return empties < self.config.empty_output_attempts
-            return True
-
-        async def on_retry(n: int, exc: BaseException, delay: float) -> None:
-            message = (
-                f"step {step.id}: retrying safe tool {spec.name!r} after attempt {n} of "
-                f"{policy.attempts} failed ({exc}); next attempt in {delay:.2f}s"
-            )
-            await self.bus.emit(self._warn(step.id, "TOOL_RETRY", message))
-
+        settings = self._tool_settings(spec)
+        policy, slots = settings[3], settings[4]
         try:
-            output, raw_out = await retry_async(attempt, policy, retry_if, on_retry=on_retry)
+            if policy.attempts <= 1 and slots is None:  # one attempt: what retry_async does
+                output, raw_out = await self._attempt(ctx, spec, args, settings)
+            else:
+                output, raw_out = await self._attempts(ctx, spec, args, settings)
         except _AttemptFailed as failed:
             if failed.kind is ErrorKind.EMPTY_OUTPUT and self.config.empty_output == "warn":
                 note = f"{failed.message}; accepted (empty_output='warn')"
@@ -1739,6 +1708,7 @@ class Executor:
                 failure=StepError(failed.kind, message, cause=failed.cause),
             ) from failed
         kept: str | None = None
+        warnings = ctx.warnings
         if warnings:
             kept = f"the output differs from what the tool returned: {'; '.join(warnings)}"
             for warning in warnings:
@@ -1748,6 +1718,131 @@ class Executor:
             ctx, StepStatus.SUCCEEDED, None, None, output=output, raw_output=raw_out, note=kept
         )
 
+    async def _attempt(
+        self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any], settings: _ToolSettings
+    ) -> tuple[Any, Any]:
+        """One call of the tool: its checked output and raw output.
+
+        Raises:
+            _AttemptFailed: the call failed (the kind says how; `retry` whether another
+                attempt may succeed).
+            _StepFailed: the tool's circuit is open (not called).
+        """
+        step = ctx.step
+        breaker, timeout, output_limit = settings[0], settings[1], settings[2]
+        try:
+            breaker.before_call()
+        except CircuitOpenError as exc:
+            raise _StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.CIRCUIT_OPEN,
+                f"step {step.id}: tool {spec.name!r} not called: {exc}",
+                args=None,
+            ) from exc
+        ctx.attempts += 1
+        self.usage.tool_calls += 1
+        if not spec.hints.safe:
+            ctx.unsafe_call = True
+        if self.bus.listening:
+            await self.bus.emit(
+                ToolCallStarted(
+                    run_id=self.run_id,
+                    step_id=step.id,
+                    tool=spec.name,
+                    args=args,
+                    attempt=ctx.attempts,
+                    plan_version=self._plan_version,
+                    safe=spec.hints.safe,
+                )
+            )
+        try:
+            call = self._tool_call(ctx, spec, args, timeout)
+            raw = await call
+            # a call in a task of its own is waited for; an inline one says
+            ctx.waited = call.waited if type(call) is _InlineCall else True
+        except asyncio.CancelledError:
+            breaker.release()
+            raise
+        except TimeoutError as exc:
+            breaker.record_failure()
+            raise _AttemptFailed(
+                ErrorKind.TOOL_TIMEOUT,
+                f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
+                f"(args {_short(args)}); {exc}",
+            ) from exc
+        except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
+            breaker.record_failure()
+            raise _AttemptFailed(
+                ErrorKind.TOOL_ERROR,
+                f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
+                f"{_cut(str(exc), 500)} (args {_short(args)})",
+                cause=f"{type(exc).__name__}: {_cut(str(exc), 500)}",
+            ) from exc
+        breaker.record_success()
+        try:
+            output, raw_out, found = check_output(raw, limit=output_limit)
+        except ToolOutputError as exc:
+            raise _AttemptFailed(
+                ErrorKind.TOOL_ERROR,
+                f"step {step.id}: tool {spec.name!r} returned an output that cannot be "
+                f"kept: {exc} (args {_short(args)})",
+                retry=False,
+                cause=str(exc),
+            ) from exc
+        ctx.warnings = found
+        payload = _error_flag(raw) or error_payload(output, self.config.error_payload_keys)
+        if payload is not None:
+            raise _AttemptFailed(
+                ErrorKind.TOOL_ERROR,
+                f"step {step.id}: tool {spec.name!r} returned an error: "
+                f"{_cut(payload, 500)} (args {_short(args)})",
+                output,
+                raw_out,
+                retry=self.config.retry_error_payloads,
+                cause=_cut(payload, 500),
+            )
+        if _is_empty(output):
+            ctx.empties += 1
+            raise _AttemptFailed(
+                ErrorKind.EMPTY_OUTPUT,
+                f"step {step.id}: tool {spec.name!r} returned an empty output "
+                f"({output!r}) (args {_short(args)})",
+                output,
+                raw_out,
+            )
+        return output, raw_out
+
+    async def _attempts(
+        self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any], settings: _ToolSettings
+    ) -> tuple[Any, Any]:
+        """`_attempt` under the tool's retry policy and call slots."""
+        step = ctx.step
+        policy, slots = settings[3], settings[4]
+
+        async def attempt() -> tuple[Any, Any]:
+            if slots is None:
+                return await self._attempt(ctx, spec, args, settings)
+            async with slots:  # the tool is at its limit: wait for a call to end
+                return await self._attempt(ctx, spec, args, settings)
+
+        def retry_if(exc: BaseException) -> bool:
+            if not isinstance(exc, _AttemptFailed) or not exc.retry:
+                return False
+            if exc.kind is ErrorKind.EMPTY_OUTPUT:
+                if self.config.empty_output == "warn":
+                    return False
+                return ctx.empties < self.config.empty_output_attempts
+            return True
+
+        async def on_retry(n: int, exc: BaseException, delay: float) -> None:
+            message = (
+                f"step {step.id}: retrying safe tool {spec.name!r} after attempt {n} of "
+                f"{policy.attempts} failed ({exc}); next attempt in {delay:.2f}s"
+            )
+            await self.bus.emit(self._warn(step.id, "TOOL_RETRY", message))
+
+        return await retry_async(attempt, policy, retry_if, on_retry=on_retry)
+
 
 def _non_finite(value: Any) -> str | None:
     """The first NaN or infinite float in a value (``"nan"``, ``"inf"``), if any."""
@@ -1755,8 +1850,8 @@ def _non_finite(value: Any) -> str | None:
     while stack:
         item = stack.pop()
         kind = type(item)  # exact types first: plain data is most of what is checked
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
+        if kind is str or kind is int or kind is bool or item is None or kind is Ref:
+            continue  # (a plan's reference holds no number)
         if kind is dict:
             stack.extend(item.values())
         elif kind is list:
@@ -1800,19 +1895,21 @@ class _InlineCall:
     ignores it is left running, detached, as with a task per call.
     """
 
-    __slots__ = ("_context", "_coro", "_error", "_stop")
+    __slots__ = ("_context", "_coro", "_error", "_stop", "waited")
 
     def __init__(
         self,
         coro: Coroutine[Any, Any, Any],
         context: Context | None,
-        stop: Callable[[Coroutine[Any, Any, Any], asyncio.CancelledError], bool] | None,
+        stop: _Stop | None,
         error: BaseException | None = None,
     ) -> None:
         self._coro = coro
         self._context = context
         self._stop = stop
         self._error = error
+        self.waited = False
+        """Whether the call yielded to the event loop (waited for something)."""
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, context, stop = self._coro, self._context, self._stop
@@ -1829,10 +1926,11 @@ class _InlineCall:
             except StopIteration as end:
                 return end.value
             value = error = None
+            self.waited = True
             try:
                 value = yield yielded
             except asyncio.CancelledError as cancel:
-                if stop is not None and stop(coro, cancel):
+                if stop is not None and context is not None and stop.stops(coro, context, cancel):
                     raise  # the step stops; the call went on in a task of its own
                 error = cancel
             except GeneratorExit:
@@ -1840,6 +1938,21 @@ class _InlineCall:
                 raise
             except BaseException as exc:  # noqa: BLE001 - passed on to the call, as a task would
                 error = exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """Asks its executor whether a cancellation met by an `_InlineCall` stops its step."""
+
+    executor: Executor
+    ctx: _Ctx
+    spec: ToolSpec
+
+    def stops(
+        self, coro: Coroutine[Any, Any, Any], context: Context, cancel: asyncio.CancelledError
+    ) -> bool:
+        """`Executor._stop_call` for this call (it hands the call to a task if so)."""
+        return self.executor._stop_call(self.ctx, self.spec, context, coro, cancel)
 
 
 async def _resumed(coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> Any:
@@ -1925,8 +2038,12 @@ class _Schedule:
                 or (not self.complete and d not in self.steps and d not in self.view)
             )
         }
+        waiters = self.waiters
         for d in self.blockers[sid]:
-            self.waiters.setdefault(d, set()).add(sid)
+            users = waiters.get(d)
+            if users is None:
+                users = waiters[d] = set()
+            users.add(sid)
         if not early:
             self.held.add(sid)
         self._check(sid)
@@ -2002,8 +2119,20 @@ def _join_note(note: str | None, extra: str) -> str:
     return f"{note}; {extra}" if note else extra
 
 
+_NONE_MALFORMED: Mapping[str, list[tuple[str, str]]] = MappingProxyType({})
+"""`Executor._malformed` of a step without a malformed reference."""
+
+_TURN_EVERY = 8
+"""A task running steps back to back gives the event loop a turn at least this often
+(`Executor._run_step`; a tool call that waits gives one)."""
+
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
 def _error_flag(raw: Any) -> str | None:
     """The message of an MCP-style result object whose ``isError`` is true."""
+    if type(raw) in _PLAIN_TYPES:  # plain data has no such attribute
+        return None
     for attr in ("isError", "is_error"):
         if getattr(raw, attr, None) is True:
             content = getattr(raw, "content", None)

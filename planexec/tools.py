@@ -29,7 +29,7 @@ import json
 import threading
 import typing
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, cast
@@ -61,6 +61,7 @@ __all__ = [
     "callbacks_around",
     "check_output",
     "direct_call",
+    "direct_coroutine",
     "error_payload",
     "invoke_tool",
     "load_tools",
@@ -227,6 +228,11 @@ class ToolSpec:
         """``server.name`` when the tool has a server, else ``name``."""
         return f"{self.server}.{self.name}" if self.server else self.name
 
+    @cached_property
+    def field_names(self) -> frozenset[str]:
+        """The names the args schema declares (its ``model_fields``), computed once."""
+        return frozenset(self.args_schema.model_fields)
+
     @property
     def allows_extra_args(self) -> bool:
         """Whether the schema accepts arguments it does not name."""
@@ -265,7 +271,8 @@ class ToolSpec:
         Raises:
             pydantic.ValidationError: the arguments do not fit the schema.
         """
-        unknown = [k for k in args if k not in self.args_schema.model_fields]
+        names = self.field_names
+        unknown = [k for k in args if k not in names]
         if unknown and not self.allows_extra_args:
             errors = [
                 InitErrorDetails(type="extra_forbidden", loc=(k,), input=args[k])
@@ -632,6 +639,7 @@ async def invoke_tool(
     *,
     validated: BaseModel | None = None,
     direct: bool = True,
+    callbacks: bool | None = None,
 ) -> Any:
     """Call a tool asynchronously and return what it gives.
 
@@ -656,9 +664,11 @@ async def invoke_tool(
             ``ainvoke``.
         validated: ``spec.parse(args)``, when the caller has it (not validated again).
         direct: False to always go through ``ainvoke`` (tests compare the two paths).
+        callbacks: `callbacks_around` as the caller found it in this context (the
+            executor asks once per run); None: asked here.
     """
     fast = spec.direct if direct and config is None else None
-    if fast is not None and not callbacks_around():
+    if fast is not None and not (callbacks_around() if callbacks is None else callbacks):
         return await fast.call(args, validated)
     tool = spec.tool
     artifact = tool.response_format == "content_and_artifact"
@@ -673,6 +683,34 @@ async def invoke_tool(
             return message.content
         return message
     return await _ainvoke(tool, dict(args), config)
+
+
+def direct_coroutine(
+    spec: ToolSpec,
+    args: Mapping[str, Any],
+    *,
+    validated: BaseModel | None = None,
+    callbacks: bool | None = None,
+) -> Coroutine[Any, Any, Any] | None:
+    """The coroutine `invoke_tool` would await on the direct path, when it is one.
+
+    The tool's own coroutine, called with its validated keyword arguments: what
+    `invoke_tool` (without ``config``) awaits for a plain `StructuredTool` with an async
+    function when no callback would see the call. None otherwise (a sync function, a
+    tool that needs ``ainvoke``, or a callback around): call `invoke_tool`. Awaiting it
+    is calling the tool, with no wrapper between (a caller that drives the call itself
+    saves their cost on every turn of the loop).
+
+    Raises:
+        pydantic.ValidationError: the arguments do not fit the schema.
+    """
+    fast = spec.direct
+    if fast is None or not fast.is_async:
+        return None
+    if callbacks_around() if callbacks is None else callbacks:
+        return None
+    coro = fast.function(**fast.kwargs(args, validated))
+    return cast("Coroutine[Any, Any, Any]", coro)
 
 
 @dataclass(frozen=True)
@@ -695,6 +733,8 @@ class DirectCall:
     """The schema's field names."""
     defaults: tuple[str, ...]
     """Fields with a default: passed explicitly even when not given (as langchain does)."""
+    order: tuple[str, ...] = ()
+    """The schema's field names in its order (the order of the keyword arguments)."""
 
     def kwargs(self, args: Mapping[str, Any], validated: BaseModel | None) -> dict[str, Any]:
         """The keyword arguments langchain's ``_parse_input`` would call the function with.
@@ -707,7 +747,7 @@ class DirectCall:
         model = validated if validated is not None else self.schema.model_validate(dict(args))
         given = model.model_fields_set
         out: dict[str, Any] = {}
-        for key in self.schema.model_fields:
+        for key in self.order:
             if key in args or key in given or key in self.defaults:
                 out[key] = getattr(model, key)
         for key in model.model_extra or {}:
@@ -756,6 +796,7 @@ def direct_call(spec: ToolSpec) -> DirectCall | None:
         is_async=tool.coroutine is not None,
         schema=schema,
         fields=frozenset(fields),
+        order=tuple(schema.model_fields),
         defaults=tuple(
             k for k, f in fields.items() if k not in ("args", "kwargs") and not f.is_required()
         ),
@@ -925,6 +966,8 @@ def normalize_output(raw: Any) -> tuple[Any, Any]:
     Raises:
         ToolOutputError: JSON text nested too deeply for the parser.
     """
+    if type(raw) is dict and (len(raw) != 1 or "structured_content" not in raw):
+        return raw, raw  # plain data, the common case (no adapter's artifact)
     if isinstance(raw, ToolMessage):
         if raw.artifact is not None:
             structured, _ = normalize_output(raw.artifact)
@@ -1028,10 +1071,11 @@ def error_payload(output: Any, keys: Sequence[str] = ("error",)) -> str | None:
     true (its text content is the message).
     """
     data: Any = output
-    if isinstance(output, BaseModel):
-        data = output.model_dump()
-    if not isinstance(data, Mapping):
-        return None
+    if type(output) is not dict:  # the common case needs none of these checks
+        if isinstance(output, BaseModel):
+            data = output.model_dump()
+        if not isinstance(data, Mapping):
+            return None
     for flag in ("isError", "is_error"):
         if data.get(flag) is True:
             content = data.get("content")

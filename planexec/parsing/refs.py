@@ -744,6 +744,9 @@ def find_malformed(
         ``("args.asset_id", "{{step_1.id}")``.
     """
     out: list[tuple[str, str]] = []
+    kind = type(value)
+    if kind is Ref or kind is int or kind is bool or kind is float or value is None:
+        return out  # nothing written as text
     if isinstance(value, str | Template):
         out.extend((location, ex) for _, ex in malformed_refs(_malformed_text(value), dialect))
     elif isinstance(value, Mapping):
@@ -776,7 +779,15 @@ def is_free_text(prop: Any) -> bool:
     return isinstance(prop, Mapping) and prop.get(FREE_TEXT_KEY) is True
 
 
+# Every form `_string_has_placeholder` flags holds one of these (a reference or
+# placeholder opens with ``<``, ``{``, ``#`` or ``$``; an identifier names a step): text
+# without any is ordinary data, known with one search (a test holds the two to agree).
+_PLACEHOLDER_CHANCE_RE = re.compile(r"[<{#$]|step", re.IGNORECASE)
+
+
 def _string_has_placeholder(text: str, dialect: str | None) -> bool:
+    if _PLACEHOLDER_CHANCE_RE.search(text) is None:
+        return False
     if iter_ref_spans(text, dialect or "hashstep"):
         return True
     if ident_ref(text) is not None or _ANGLE_PLACEHOLDER_RE.match(text):
@@ -813,6 +824,8 @@ def contains_placeholder(value: Any, *, dialect: str | None = None) -> bool:
     Returns:
         True if any string in the value looks like a placeholder.
     """
+    if type(value) is str:  # the common case first
+        return _string_has_placeholder(value, dialect)
     if isinstance(value, Ref | Template):
         return True
     if isinstance(value, str):
