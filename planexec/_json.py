@@ -10,9 +10,10 @@ imports `planexec.results` (and so pydantic) only when a value is not plain, so
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PLAIN_DEPTH", "json_data"]
+__all__ = ["PLAIN_DEPTH", "json_data", "non_finite"]
 
 PLAIN_DEPTH = 64
 """Nesting the fast path follows; deeper values go to `jsonable` (which has the real
@@ -56,3 +57,25 @@ def json_data(value: Any) -> Any:
         from planexec.results import jsonable
 
         return jsonable(value)
+
+
+def non_finite(value: Any) -> str | None:
+    """The first NaN or infinite float in a value (``"nan"``, ``"inf"``), if any."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)  # exact types first: plain data is most of what is checked
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return repr(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None

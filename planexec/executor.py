@@ -64,7 +64,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import math
 import time
 from asyncio import current_task
 from collections import deque
@@ -74,6 +73,7 @@ from dataclasses import dataclass, field, replace
 from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
+from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._text import as_text as _as_text
 from planexec._text import cut as _cut
@@ -92,7 +92,7 @@ from planexec.events import (
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Plan, Ref, Step, Template, to_jsonable
 from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy, retry_async
-from planexec.resolver import ArgResolver, ResolutionFailure
+from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs
 from planexec.results import (
     ResolutionMethod,
     StepError,
@@ -361,6 +361,9 @@ class _Ctx:
     """Whether the last tool call waited for something (the event loop had a turn)."""
     empties: int = 0
     """Attempts that returned an empty output."""
+    finite: dict[str, Any] | None = None
+    """Arguments known to hold no NaN or infinity (the resolver's fast path gives only
+    plain JSON data), checked no more."""
     warnings: list[str] | None = None
     """What JSON could not keep of the last attempt's output (`check_output`)."""
 
@@ -437,6 +440,8 @@ class Executor:
         """The tools."""
         self.resolver = resolver
         """The argument resolver."""
+        self._resolve_at_once = type(resolver).resolve is ArgResolver.resolve
+        """Whether `ArgResolver.resolve_at_once` is this resolver's (not overridden)."""
         self.config = config if config is not None else ExecutorSettings()
         """The configuration."""
         self.bus = bus if bus is not None else EventBus()
@@ -1107,7 +1112,7 @@ class Executor:
                     f"read as written{text} (see the plan's error diagnostics); "
                     "the tool was not called",
                 )
-            spec = await self._lookup(step)
+            spec = self._quick_lookup(step) or await self._lookup(step)
             ctx.tool, ctx.server = spec.name, spec.server or step.server
         self._check_references(step, results, plan_ids)
         self._check_upstream(step, results)
@@ -1126,18 +1131,28 @@ class Executor:
                 return await self._select(ctx, results, feedback)
             return await self._reason(ctx, results)
 
-        if _non_finite(step.args) is not None or _non_finite(step.positional) is not None:
+        if non_finite(step.args) is not None or (
+            step.positional and non_finite(step.positional) is not None
+        ):
             # the plan's literals: found, then worded with the argument's name
             self._check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})
         ctx.phase = "resolving"
-        resolved = await self.resolver.resolve(
-            step,
-            spec,
-            results,
-            feedback=feedback,
-            run_id=self.run_id,
-            bus=self.bus,
-        )
+        resolved: ResolvedArgs | ResolutionFailure | None = None
+        if self._resolve_at_once:  # ArgResolver's own: no coroutine when nothing waits
+            resolved = self.resolver.resolve_at_once(
+                step, spec, results, feedback=feedback, bus=self.bus
+            )
+            if resolved is not None:
+                ctx.finite = resolved.args  # plain data: `_call` need not look again
+        if resolved is None:
+            resolved = await self.resolver.resolve(
+                step,
+                spec,
+                results,
+                feedback=feedback,
+                run_id=self.run_id,
+                bus=self.bus,
+            )
         ctx.llm_calls += resolved.llm_calls
         # the resolution's own (fresh) dicts: `_result` copies them into the result
         ctx.resolution = resolved.methods  # partial on a failure
@@ -1150,6 +1165,7 @@ class Executor:
         args = resolved.args  # a fresh dict of this resolution's
         if resolved.validated is not None:
             ctx.validated = (args, resolved.validated)
+        del resolved  # not kept alive while the tool runs
         ctx.phase = "calling"
         self._check_invariant(step, args, spec)
         if self.approvals is not None:
@@ -1167,6 +1183,18 @@ class Executor:
                 )
             ctx.phase = "calling"
         return await self._call(ctx, spec, args)
+
+    def _quick_lookup(self, step: Step) -> ToolSpec | None:
+        """The step's tool when the catalog has it as written and all is well, else None.
+
+        None sends the step to `_lookup`, which decides the rest and words failures.
+        """
+        if getattr(self.catalog, "unavailable", None):  # some server could not start
+            return None
+        try:
+            return self.catalog.lookup(step.tool or "", step.server)
+        except KeyError:  # ambiguous name
+            return None
 
     async def _lookup(self, step: Step) -> ToolSpec:
         assert step.tool is not None
@@ -1515,8 +1543,10 @@ class Executor:
         Checked on the plan's literals before resolution (so that no coercion turns them
         into something else) and on the resolved arguments before the call.
         """
+        if non_finite(args) is None:  # the common case: one walk, nothing to word
+            return
         for key, value in args.items():
-            bad = _non_finite(value)
+            bad = non_finite(value)
             if bad is None:
                 continue
             name = key if isinstance(key, str) else f"positional argument {key + 1}"
@@ -1567,7 +1597,7 @@ class Executor:
             coro = self.runner.call(spec, args)
         if timeout is None and type(coro) is CoroutineType:
             # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
-            return _InlineCall(coro, copy_context(), _Stop(self, ctx, spec))
+            return _InlineCall(coro, copy_context(), self, ctx, spec)
         return self._await_task(ctx, spec, coro, timeout)
 
     async def _await_task(
@@ -1670,7 +1700,8 @@ class Executor:
 
     async def _call(self, ctx: _Ctx, spec: ToolSpec, args: dict[str, Any]) -> StepResult:
         step = ctx.step
-        self._check_finite(ctx, args)
+        if ctx.finite is not args:  # (approval may have changed them)
+            self._check_finite(ctx, args)
         ctx.args = args
         settings = self._tool_settings(spec)
         policy, slots = settings[3], settings[4]
@@ -1741,7 +1772,8 @@ class Executor:
             ) from exc
         ctx.attempts += 1
         self.usage.tool_calls += 1
-        if not spec.hints.safe:
+        safe = spec.hints.safe
+        if not safe:
             ctx.unsafe_call = True
         if self.bus.listening:
             await self.bus.emit(
@@ -1752,7 +1784,7 @@ class Executor:
                     args=args,
                     attempt=ctx.attempts,
                     plan_version=self._plan_version,
-                    safe=spec.hints.safe,
+                    safe=safe,
                 )
             )
         try:
@@ -1844,28 +1876,6 @@ class Executor:
         return await retry_async(attempt, policy, retry_if, on_retry=on_retry)
 
 
-def _non_finite(value: Any) -> str | None:
-    """The first NaN or infinite float in a value (``"nan"``, ``"inf"``), if any."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)  # exact types first: plain data is most of what is checked
-        if kind is str or kind is int or kind is bool or item is None or kind is Ref:
-            continue  # (a plan's reference holds no number)
-        if kind is dict:
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return repr(item)
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return None
-
-
 def _waits(result: StepResult | None) -> bool:
     return result is not None and result.status is StepStatus.WAITING_APPROVAL
 
@@ -1890,29 +1900,35 @@ class _InlineCall:
     No task per call: the call's coroutine is driven here, in a copy of the step's
     context (as a task would run it), and everything is passed through to it (results,
     exceptions, a cancellation that is not the step's, e.g. the tool's own timeout). A
-    cancellation that stops the step (``stop`` says so, and hands the call to a task of
-    its own that throws it in: `Executor._stop_call`) is not waited for: a tool that
-    ignores it is left running, detached, as with a task per call.
+    cancellation that stops the step (its executor says so, and hands the call to a task
+    of its own that throws it in: `Executor._stop_call`) is not waited for: a tool that
+    ignores it is left running, detached, as with a task per call. Without an executor
+    (the rest of such a call, `_resumed`) every cancellation is the call's.
     """
 
-    __slots__ = ("_context", "_coro", "_error", "_stop", "waited")
+    __slots__ = ("_context", "_coro", "_ctx", "_error", "_executor", "_spec", "waited")
 
     def __init__(
         self,
         coro: Coroutine[Any, Any, Any],
         context: Context | None,
-        stop: _Stop | None,
+        executor: Executor | None = None,
+        ctx: _Ctx | None = None,
+        spec: ToolSpec | None = None,
+        *,
         error: BaseException | None = None,
     ) -> None:
         self._coro = coro
         self._context = context
-        self._stop = stop
+        self._executor = executor
+        self._ctx = ctx
+        self._spec = spec
         self._error = error
         self.waited = False
         """Whether the call yielded to the event loop (waited for something)."""
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, context, stop = self._coro, self._context, self._stop
+        coro, context = self._coro, self._context
         value: Any = None
         error = self._error
         while True:
@@ -1930,7 +1946,7 @@ class _InlineCall:
             try:
                 value = yield yielded
             except asyncio.CancelledError as cancel:
-                if stop is not None and context is not None and stop.stops(coro, context, cancel):
+                if self._stops(coro, cancel):
                     raise  # the step stops; the call went on in a task of its own
                 error = cancel
             except GeneratorExit:
@@ -1939,25 +1955,17 @@ class _InlineCall:
             except BaseException as exc:  # noqa: BLE001 - passed on to the call, as a task would
                 error = exc
 
-
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    """Asks its executor whether a cancellation met by an `_InlineCall` stops its step."""
-
-    executor: Executor
-    ctx: _Ctx
-    spec: ToolSpec
-
-    def stops(
-        self, coro: Coroutine[Any, Any, Any], context: Context, cancel: asyncio.CancelledError
-    ) -> bool:
-        """`Executor._stop_call` for this call (it hands the call to a task if so)."""
-        return self.executor._stop_call(self.ctx, self.spec, context, coro, cancel)
+    def _stops(self, coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> bool:
+        """Whether ``cancel`` stops the step (`Executor._stop_call`), not only the call."""
+        executor, ctx, spec, context = self._executor, self._ctx, self._spec, self._context
+        if executor is None or ctx is None or spec is None or context is None:
+            return False
+        return executor._stop_call(ctx, spec, context, coro, cancel)
 
 
 async def _resumed(coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> Any:
     """The rest of an abandoned `_InlineCall`, in a task of its own: it gets ``cancel``."""
-    return await _InlineCall(coro, None, None, cancel)
+    return await _InlineCall(coro, None, error=cancel)
 
 
 def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:

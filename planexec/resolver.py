@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
+from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._models import ModelClient, as_client
 from planexec.errors import ErrorKind, ModelError
@@ -741,6 +742,28 @@ class ArgResolver:
         """The filter tier: ``off``, ``explicit`` (the grammar) or ``prose`` (and its
         prose form)."""
 
+    def resolve_at_once(
+        self,
+        step: Step,
+        spec: ToolSpec | None,
+        results: Mapping[int, StepResult],
+        *,
+        feedback: StepError | None = None,
+        bus: EventBus | None = None,
+    ) -> ResolvedArgs | None:
+        """What `resolve` gives when it needs nothing to wait for, else None.
+
+        Every argument a literal scalar or a whole-value reference to a step that
+        succeeded, fitting its field as it is (the fast path), no feedback, and no one
+        listening on ``bus`` for `ArgResolved` events. None: await `resolve`.
+
+        Its values are plain JSON data (`planexec.results.plain_json_size`): no NaN or
+        infinity in them.
+        """
+        if feedback is not None or spec is None or (bus is not None and bus.listening):
+            return None
+        return _quick_resolution(step, spec, results)
+
     async def resolve(
         self,
         step: Step,
@@ -1007,6 +1030,7 @@ class _Resolution:
         methods = self.methods  # kept on failures too (`ResolutionFailure.methods`)
         needs: dict[str, _Need] = {}
         unfit: dict[str, str] = {}  # literals that do not fit their type: name → why
+        non_numbers: dict[str, str] = {}  # values holding NaN or infinity: name → which
         for name, value in bound.items():
             resolved, method = _fast_value(value, self.results)
             if resolved is _MISSING:  # the general path: containers, templates, hints...
@@ -1025,6 +1049,10 @@ class _Resolution:
                     )
                 if found:
                     await self.filtered(name, value, found)
+            bad = non_finite(resolved)
+            if bad is not None:  # JSON has no such number: never coerced into something else
+                non_numbers[name] = bad
+                continue
             if spec is None or _fits_as_is(spec.args_schema, name, resolved):
                 values[name] = resolved  # nothing to coerce (what `_coerce` would find)
                 methods[name] = method
@@ -1053,6 +1081,19 @@ class _Resolution:
                     resolved, method = fitted, ResolutionMethod.COERCED
             values[name] = resolved
             methods[name] = method
+
+        if non_numbers:
+            return self.fail(
+                ErrorKind.ARGS_INVALID,
+                f"{self.where}: "
+                + "; ".join(
+                    f"argument '{n}' would hold {bad}, which is not a finite number"
+                    for n, bad in non_numbers.items()
+                )
+                + " (JSON has no such value; it is not replaced by a guess)",
+                tuple(non_numbers),
+                cause="; ".join(non_numbers.values()),
+            )
 
         if unfit:
             # A literal is the plan's own value: the LLM is never asked to replace it.

@@ -25,7 +25,7 @@ from planexec.errors import ConfigError, ErrorKind
 from planexec.events import Event, EventBus, FallbackUsed, RunFinished, StepFinished
 from planexec.executor import Executor
 from planexec.parsing import parse_plan
-from planexec.plan import Plan, Step
+from planexec.plan import Plan, Ref, Step
 from planexec.results import MAX_JSON_DEPTH, StepResult, StepStatus, encode_json, jsonable
 from planexec.runs import execute_recorded
 from planexec.runtime import Runtime
@@ -450,3 +450,19 @@ def test_every_float_setting_refuses_nan_and_infinity() -> None:
 def test_timeouts_must_be_above_zero(executor: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         AgentConfig.from_dict({"executor": executor})
+
+
+@pytest.mark.parametrize("path", [(), ("a",), ("b",)])
+async def test_a_non_finite_number_taken_from_an_output_never_reaches_a_tool(
+    path: tuple[str, ...],
+) -> None:
+    tool = fake_tool("scale", 1, args={"x": Any}, hints=SAFE)
+    h = Harness([returning("nums", {"a": float("nan"), "b": [1.0, float("inf")]}), tool])
+    res = await h.run(
+        Step(id=1, tool="nums"),
+        Step(id=2, tool="scale", args={"x": Ref(1, path)}, depends_on=(1,)),
+    )
+    assert res[1].ok
+    assert res[2].error_kind is ErrorKind.ARGS_INVALID, res[2]
+    assert res[2].failure is not None and res[2].failure.args == ("x",)
+    assert tool.metadata["calls"].calls == []  # type: ignore[index]

@@ -71,3 +71,20 @@ def test_what_is_not_plain_has_no_bound() -> None:
 def test_a_value_with_too_many_nodes_has_no_bound() -> None:
     assert plain_json_size(list(range(20)), max_nodes=10) is None
     assert plain_json_size(list(range(5)), max_nodes=10) is not None
+
+
+def _nodes(value: Any) -> int:
+    """Containers and scalars in a value (dict keys are not nodes): the oracle's count."""
+    if isinstance(value, dict):
+        return 1 + sum(_nodes(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_nodes(v) for v in value)
+    return 1
+
+
+@given(plain, st.integers(min_value=1, max_value=60))
+def test_a_value_is_refused_exactly_when_it_has_more_nodes_than_looked_at(
+    value: Any, max_nodes: int
+) -> None:
+    refused = plain_json_size(value, max_nodes=max_nodes) is None
+    assert refused == (_nodes(value) > max_nodes)

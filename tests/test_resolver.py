@@ -699,3 +699,13 @@ async def test_interpolation_that_leaves_a_reference_needs_the_fallback() -> Non
     value = embedded("{step_1[", (1, ("sites", 0, "name")), "]}")
     fail = failed(await resolve(step({"q": value}), spec_of(q=str)), ErrorKind.RESOLUTION_FAILED)
     assert "still looks like a reference" in fail.message and "'q'" in fail.message
+
+
+@pytest.mark.parametrize(
+    "reply", ['{"value": NaN}', '{"value": Infinity}', '{"value": [1, -Infinity]}']
+)
+async def test_a_fallback_reply_without_a_finite_number_is_never_used(reply: str) -> None:
+    model = ScriptedChatModel(replies=[reply, reply, '{"value": 1.5}'])
+    s = step({"value": Ref(2, hint="value_from_step_2", raw="{value_from_step_2}")})
+    fail = failed(await resolve(s, spec_of(value=Any), model), ErrorKind.RESOLUTION_FAILED)
+    assert model.calls == 2 and fail.reply == reply  # refused as JSON: never used
