@@ -727,11 +727,12 @@ class Executor:
         """Start ready steps, up to ``max_concurrency`` running at once."""
         limit = self.config.max_concurrency
         ready, running = sched.ready, sched.running
+        create_task = asyncio.get_running_loop().create_task
         while ready and len(running) < limit:
             sid = ready.popleft()
             if not sched.complete:
                 self._early.add(sid)
-            running[sid] = asyncio.create_task(self._run_step(sched, sid))
+            running[sid] = create_task(self._run_step(sched, sid))
 
     async def _run_step(self, sched: _Schedule, sid: int) -> None:
         """A step's task: run it, release its dependents (`_step_ended`), and run on.
@@ -1002,8 +1003,9 @@ class Executor:
 
         A call that waited gave the event loop a turn (`_run_step` gives one otherwise).
         """
-        ctx = _Ctx(step=step, started_at=time.time(), t0=time.perf_counter())
-        ctx.tool, ctx.server = step.tool, step.server
+        ctx = _Ctx(
+            step, time.time(), time.perf_counter(), tool=step.tool, server=step.server
+        )
         if self.trace is not None:
             await self.trace.start_step(step.id, step.tool)
         try:
@@ -1075,8 +1077,8 @@ class Executor:
             raw_output=raw_output,
             error=message,
             error_kind=kind,
-            resolution=dict(ctx.resolution),
-            grounding=dict(ctx.grounding),
+            resolution=ctx.resolution,  # the step's own (its context ends here)
+            grounding=ctx.grounding,
             llm_calls=ctx.llm_calls,
             attempts=ctx.attempts,
             started_at=ctx.started_at,

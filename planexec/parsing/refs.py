@@ -725,6 +725,10 @@ def _malformed_text(value: str | Template) -> str:
     return "".join(p if isinstance(p, str) else (p.raw or p.canonical) for p in value.parts)
 
 
+_NOT_TEXT = frozenset({Ref, int, bool, float, type(None)})
+"""Values `find_malformed` finds nothing in: no text was written there."""
+
+
 def find_malformed(
     value: Any, *, dialect: str = "hashstep", location: str = "args"
 ) -> list[tuple[str, str]]:
@@ -744,17 +748,18 @@ def find_malformed(
         ``("args.asset_id", "{{step_1.id}")``.
     """
     out: list[tuple[str, str]] = []
-    kind = type(value)
-    if kind is Ref or kind is int or kind is bool or kind is float or value is None:
+    if type(value) in _NOT_TEXT:
         return out  # nothing written as text
     if isinstance(value, str | Template):
         out.extend((location, ex) for _, ex in malformed_refs(_malformed_text(value), dialect))
     elif isinstance(value, Mapping):
         for k, v in value.items():
-            out.extend(find_malformed(v, dialect=dialect, location=_child(location, k)))
+            if type(v) not in _NOT_TEXT:  # (no location built for what holds no text)
+                out.extend(find_malformed(v, dialect=dialect, location=_child(location, k)))
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            out.extend(find_malformed(v, dialect=dialect, location=f"{location}[{i}]"))
+            if type(v) not in _NOT_TEXT:
+                out.extend(find_malformed(v, dialect=dialect, location=f"{location}[{i}]"))
     return out
 
 
