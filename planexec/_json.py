@@ -59,13 +59,16 @@ def json_data(value: Any) -> Any:
         return jsonable(value)
 
 
-def non_finite(value: Any) -> str | None:
-    """The first NaN or infinite float in a value (``"nan"``, ``"inf"``), if any."""
+def non_finite(value: Any, skip: frozenset[type] = frozenset()) -> str | None:
+    """The first NaN or infinite float in a value (``"nan"``, ``"inf"``), if any.
+
+    Values of a type in ``skip`` (e.g. a plan's references) are not looked into.
+    """
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)  # exact types first: plain data is most of what is checked
-        if kind is str or kind is int or kind is bool or item is None:
+        if kind is str or kind is int or kind is bool or item is None or kind in skip:
             continue
         if kind is dict:
             stack.extend(item.values())

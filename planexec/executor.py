@@ -1133,8 +1133,8 @@ class Executor:
                 return await self._select(ctx, results, feedback)
             return await self._reason(ctx, results)
 
-        if non_finite(step.args) is not None or (
-            step.positional and non_finite(step.positional) is not None
+        if non_finite(step.args, _REFS) is not None or (
+            step.positional and non_finite(step.positional, _REFS) is not None
         ):
             # the plan's literals: found, then worded with the argument's name
             self._check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})
@@ -2131,6 +2131,9 @@ def _join_note(note: str | None, extra: str) -> str:
 
 _NONE_MALFORMED: Mapping[str, list[tuple[str, str]]] = MappingProxyType({})
 """`Executor._malformed` of a step without a malformed reference."""
+
+_REFS = frozenset({Ref, Template})
+"""A plan's references: no literal number in them."""
 
 _TURN_EVERY = 8
 """A task running steps back to back gives the event loop a turn at least this often
