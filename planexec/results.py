@@ -7,7 +7,7 @@ import datetime
 import json
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum, StrEnum
@@ -255,55 +255,36 @@ def plain_json_size(value: Any, *, max_nodes: int = PLAIN_NODES) -> int | None:
     """
     size = 0
     nodes = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is dict or kind is list:
+    pending: list[tuple[Iterable[Any], int]] = [((value,), 0)]  # (children, their depth)
+    while pending:
+        children, depth = pending.pop()
+        for item in children:
             nodes += 1
-            if depth + 1 >= MAX_JSON_DEPTH or nodes + len(item) > max_nodes:
-                return None  # too deep, or more nodes than looked at (each child is one)
-            size += 3
-            if kind is dict:
-                for key in item:
-                    if type(key) is not str:
-                        return None
-                    size += 6 * len(key) + 3
-                children = item.values()
-            else:
-                children = item
-            for sub in children:  # scalars here, containers on the stack (fewer pushes)
-                sub_kind = type(sub)
-                if sub_kind is dict or sub_kind is list:
-                    stack.append((sub, depth + 1))
-                    continue
-                nodes += 1
-                if sub_kind is str:
-                    size += 6 * len(sub) + 3
-                elif sub_kind is int or sub_kind is bool or sub is None:
-                    if sub_kind is int and not -_BIG_INT < sub < _BIG_INT:
-                        return None
-                    size += 21
-                elif sub_kind is float:
-                    if not math.isfinite(sub):
-                        return None
-                    size += 26
-                else:
+            kind = type(item)
+            if kind is str:
+                size += 6 * len(item) + 3  # every character escaped at worst, quotes, comma
+            elif kind is int or kind is bool or item is None:
+                if kind is int and not -_BIG_INT < item < _BIG_INT:
                     return None
-            continue
-        nodes += 1  # a scalar at the top
-        if kind is str:
-            size += 6 * len(item) + 3
-        elif kind is int or kind is bool or item is None:
-            if kind is int and not -_BIG_INT < item < _BIG_INT:
+                size += 21
+            elif kind is float:
+                if not math.isfinite(item):
+                    return None
+                size += 26
+            elif kind is dict or kind is list:
+                if depth + 1 >= MAX_JSON_DEPTH or nodes + len(item) > max_nodes:
+                    return None  # too deep, or surely more nodes than looked at
+                size += 3
+                if kind is dict:
+                    for key in item:
+                        if type(key) is not str:
+                            return None
+                        size += 6 * len(key) + 3
+                    pending.append((item.values(), depth + 1))
+                else:
+                    pending.append((item, depth + 1))
+            else:
                 return None
-            size += 21
-        elif kind is float:
-            if not math.isfinite(item):
-                return None
-            size += 26
-        else:
-            return None
     if nodes > max_nodes:
         return None
     return size
