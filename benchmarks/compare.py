@@ -114,6 +114,48 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+NAMES = {"planexec": "planexec", "langgraph": "LangGraph", "asyncio": "bare asyncio"}
+
+
+def _cell(summary_: dict[str, Any], unit: str) -> str:
+    return f"{summary_['median']}{unit} ({summary_['min']}–{summary_['max']})"
+
+
+def tables_md(data: dict[str, Any]) -> str:
+    """The markdown tables `docs/performance.md` quotes: the largest cells, then the goals."""
+    rows = data["rows"]
+    big = max(r["n"] for r in rows)
+    lines = [
+        "| workload | tools called | " + " | ".join(NAMES.values()) + " |",
+        "|---|---|" + "---|" * len(NAMES),
+    ]
+    for tool, calls, metric, unit in (
+        ("noop", "direct", "cpu_us_per_step", " µs"),
+        ("noop", "langchain", "cpu_us_per_step", " µs"),
+        ("sleep", "langchain", "wall_over_critical", "×"),
+    ):
+        for shape in ("chain", "fanout"):
+            for n in sorted({r["n"] for r in rows if r["tool"] == tool}):
+                if tool == "noop" and n != big:
+                    continue
+                found = {
+                    fw: _find(rows, framework=fw, shape=shape, n=n, tool=tool, calls=calls)
+                    for fw in NAMES
+                }
+                if any(r is None for r in found.values()):
+                    continue
+                what = "CPU per step" if tool == "noop" else "wall ÷ critical path"
+                how = "coroutine called directly" if calls == "direct" else "as langchain tools"
+                cells_ = [_cell(r[metric], unit) for r in found.values() if r is not None]
+                lines.append(f"| {what}, {shape} of {n:,} | {how} | " + " | ".join(cells_) + " |")
+    lines += ["", "| goal (issue 17) | measured | target | met |", "|---|---|---|---|"]
+    for g in data["goals"]:
+        value = g.get("value_us", g.get("ratio"))
+        target = g.get("target_us", g.get("target"))
+        lines.append(f"| {g['goal']} | {value} | {target} | {'yes' if g['met'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def _find(rows: list[dict[str, Any]], **where: Any) -> dict[str, Any] | None:
     for row in rows:
         if all(row.get(k) == v for k, v in where.items()):
@@ -238,6 +280,7 @@ def main() -> None:
         args.sizes, args.rounds, args.latency = [10, 100], 2, 0.01
     logger.remove()
     data = run(args)
+    data["tables_md"] = tables_md(data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     names = ("planexec", "langgraph", "asyncio")

@@ -1068,7 +1068,7 @@ class Executor:
         args = fields.pop("args") if "args" in fields else (ctx.args if ctx.attempts else None)
         if "error" in fields:  # e.g. a waiting step: no error, whatever the message
             message = fields.pop("error")
-        return StepResult(
+        return StepResult.of(
             step_id=ctx.step.id,
             tool=ctx.tool,
             status=status,

@@ -93,3 +93,13 @@ def test_without_langgraph_the_benchmark_says_so_and_fails(
         compare._require_langgraph()
     assert exit_info.value.code == 2
     assert "planexec[bench]" in capsys.readouterr().err
+
+
+def test_the_performance_page_quotes_the_committed_results() -> None:
+    """docs/performance.md's tables are the ones benchmarks/compare.py wrote."""
+    import json
+
+    root = BENCH.parent
+    data = json.loads((root / "benchmarks" / "results" / "compare.json").read_text())
+    doc = (root / "docs" / "performance.md").read_text()
+    assert data["tables_md"] in doc
