@@ -744,16 +744,37 @@ class Executor:
         busy = 0  # steps run back to back without a turn of the loop
         while next_sid is not None:
             sid = next_sid
+            step = sched.steps[sid]
+            ctx = _Ctx(
+                step, time.time(), time.perf_counter(), tool=step.tool, server=step.server
+            )
             try:
-                waited = await self._step_task(
-                    sched.steps[sid], sched.view, sched.feedback.get(sid), sched.ids
-                )
+                # the step, its end turned into its result (inline: no coroutine per step)
+                if self.trace is not None:
+                    await self.trace.start_step(step.id, step.tool)
+                try:
+                    if self.config.step_timeout is None:  # no timeout context to enter
+                        result = await self._execute(
+                            ctx, sched.view, sched.feedback.get(sid), sched.ids
+                        )
+                    else:
+                        async with asyncio.timeout(self.config.step_timeout) as deadline:
+                            ctx.deadline = deadline
+                            result = await self._execute(
+                                ctx, sched.view, sched.feedback.get(sid), sched.ids
+                            )
+                except (_StepFailed, TimeoutError, CircuitOpenError, asyncio.CancelledError) as e:
+                    result = self._ended_by(ctx, e)
+                if self.trace is not None:
+                    await self.trace.end_step(result)
+                await self._finish(result, safe=not ctx.unsafe_call)
             except BaseException:  # cancelled, or a subscriber failed: the scheduler decides
                 if self._finished is not None:
                     self._finished.put_nowait(sid)
                 raise
             next_sid = self._step_ended(sched, sid)
-            busy = 0 if waited else busy + 1
+            # a call that waited gave the event loop a turn
+            busy = 0 if ctx.waited else busy + 1
             if next_sid is not None and busy >= _TURN_EVERY:
                 # a chain of tools that never wait gives the loop a turn now and then:
                 # timeouts, cancels and the other tasks never wait long
@@ -992,32 +1013,16 @@ class Executor:
                 )
             )
 
-    async def _step_task(
+    def _ended_by(
         self,
-        step: Step,
-        results: Mapping[int, StepResult],
-        feedback: StepError | None,
-        plan_ids: set[int],
-    ) -> bool:
-        """Run one step and record its result; return whether its tool call waited.
-
-        A call that waited gave the event loop a turn (`_run_step` gives one otherwise).
-        """
-        ctx = _Ctx(
-            step, time.time(), time.perf_counter(), tool=step.tool, server=step.server
-        )
-        if self.trace is not None:
-            await self.trace.start_step(step.id, step.tool)
-        try:
-            if self.config.step_timeout is None:  # no timeout context to enter and leave
-                result = await self._execute(ctx, results, feedback, plan_ids)
-            else:
-                async with asyncio.timeout(self.config.step_timeout) as deadline:
-                    ctx.deadline = deadline
-                    result = await self._execute(ctx, results, feedback, plan_ids)
-        except _StepFailed as failed:
-            result = self._result(ctx, failed.status, failed.kind, failed.message, **failed.fields)
-        except TimeoutError:
+        ctx: _Ctx,
+        exc: _StepFailed | TimeoutError | CircuitOpenError | asyncio.CancelledError,
+    ) -> StepResult:
+        """The result of a step that ended with ``exc`` (its failure, timeout, cancel)."""
+        step = ctx.step
+        if isinstance(exc, _StepFailed):
+            return self._result(ctx, exc.status, exc.kind, exc.message, **exc.fields)
+        if isinstance(exc, TimeoutError):
             kind, what = {
                 "resolving": (ErrorKind.RESOLUTION_FAILED, "while resolving its arguments"),
                 "reasoning": (ErrorKind.MODEL_ERROR, "while its model was reasoning"),
@@ -1029,26 +1034,22 @@ class Executor:
             }.get(ctx.phase, (ErrorKind.TOOL_TIMEOUT, f"while calling tool {step.tool!r}"))
             limit = self.config.step_timeout
             why = f"step timeout of {limit}s exceeded" if limit is not None else "timed out"
-            result = self._result(ctx, StepStatus.FAILED, kind, f"step {step.id}: {why} {what}")
-        except CircuitOpenError as exc:  # e.g. the resolver's model breaker
-            result = self._result(
+            return self._result(ctx, StepStatus.FAILED, kind, f"step {step.id}: {why} {what}")
+        if isinstance(exc, CircuitOpenError):  # e.g. the resolver's model breaker
+            return self._result(
                 ctx, StepStatus.FAILED, ErrorKind.CIRCUIT_OPEN, f"step {step.id}: {exc}"
             )
-        except asyncio.CancelledError:
-            # Only the scheduler cancels step tasks (on `cancel` or when `run` itself is
-            # cancelled); it records the result and the scheduler decides what to raise.
-            why = f" ({self.cancel_reason})" if self.cancel_reason else ""
-            result = self._result(
-                ctx,
-                StepStatus.CANCELLED,
-                ErrorKind.CANCELLED,
-                f"step {step.id}: cancelled while {ctx.phase}{why}",
-            )
-            step_log(self.run_id, step.id).warning(result.error)
-        if self.trace is not None:
-            await self.trace.end_step(result)
-        await self._finish(result, safe=not ctx.unsafe_call)
-        return ctx.waited
+        # Only the scheduler cancels step tasks (on `cancel` or when `run` itself is
+        # cancelled); it records the result and the scheduler decides what to raise.
+        why = f" ({self.cancel_reason})" if self.cancel_reason else ""
+        result = self._result(
+            ctx,
+            StepStatus.CANCELLED,
+            ErrorKind.CANCELLED,
+            f"step {step.id}: cancelled while {ctx.phase}{why}",
+        )
+        step_log(self.run_id, step.id).warning(result.error)
+        return result
 
     def _result(
         self,

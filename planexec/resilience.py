@@ -243,6 +243,8 @@ class CircuitBreaker:
             CircuitOpenError: the breaker is open, or half-open with its trial call
                 already under way.
         """
+        if self._opened_at is None:  # closed: the common case
+            return
         state = self.state
         if state == "open":
             raise CircuitOpenError(self.name, self.retry_in())
