@@ -1586,6 +1586,7 @@ class Executor:
                 (found before the call, on the direct path).
         """
         step, validated = ctx.step, ctx.validated
+        ctx.validated = None  # used once: not kept alive while the tool runs (a retry validates)
         if type(self.runner) is LocalToolRunner:
             config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
             # the resolver's validation, when it is of these very arguments
