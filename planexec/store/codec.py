@@ -10,18 +10,22 @@ comes back as a dict, which is what references resolve against anyway.
 from __future__ import annotations
 
 import dataclasses
+import json
+from json.encoder import encode_basestring
 from typing import Any
 
 from planexec._json import json_data
 from planexec.errors import ErrorKind
-from planexec.events import Event
+from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted
 from planexec.grounding import Grounding
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 
 __all__ = [
     "decode_value",
+    "dumps",
     "encode_value",
+    "event_text",
     "event_to_json",
     "json_data",
     "plan_from_json",
@@ -262,3 +266,170 @@ def event_to_json(event: Event) -> dict[str, Any]:
         else:
             data[name] = json_data(value)
     return data
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+_PLAIN_ENCODER = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, True
+) if json.encoder.c_make_encoder is not None else None  # type: ignore[attr-defined]
+"""The C encoder behind `_ENCODER`, made once, for values `json_data` gave (never circular,
+so no marker dict): `_ENCODER.encode` builds one on every call, which costs as much as
+encoding a small value."""
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text (``separators=(",", ":")``, ``ensure_ascii=False``).
+
+    One encoder for every call: ``json.dumps`` with options builds a new encoder each
+    time, which costs about as much as encoding a small event.
+    """
+    return _ENCODER.encode(value)
+
+
+def _data_text(value: Any) -> str:
+    """``dumps(json_data(value))``: the text of a value as the store records it."""
+    if value is None:
+        return "null"
+    if type(value) is dict and not value:
+        return "{}"
+    data = json_data(value)
+    if _PLAIN_ENCODER is None or type(data) is str:  # pragma: no cover - no C encoder
+        return _ENCODER.encode(data)
+    return "".join(_PLAIN_ENCODER(data, 0))
+
+
+def _opt_str(value: Any) -> str | None:
+    """The JSON text of a str or None; None when ``value`` is neither (no fast path)."""
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return encode_basestring(value)
+    return None
+
+
+def _finite(value: Any) -> bool:
+    return type(value) is float and value - value == 0.0
+
+
+def _opt_float(value: Any) -> str | None:
+    """The JSON text of a finite float or None; None otherwise (no fast path)."""
+    if value is None:
+        return "null"
+    if type(value) is float and value - value == 0.0:
+        return float.__repr__(value)
+    return None
+
+
+_BOOL = {True: "true", False: "false"}
+
+
+def _result_text(result: StepResult) -> str | None:
+    """The text of ``dumps(result_to_json(result))``, built directly (None: not plain)."""
+    r = result
+    tool, server, error, note = (
+        _opt_str(r.tool), _opt_str(r.server), _opt_str(r.error), _opt_str(r.note)
+    )
+    started, duration = _opt_float(r.started_at), _opt_float(r.duration)
+    if (
+        tool is None or server is None or error is None or note is None or started is None
+        or duration is None or type(r.step_id) is not int or type(r.llm_calls) is not int
+        or type(r.attempts) is not int or type(r.reused) is not bool
+        or type(r.streamed) is not bool
+    ):
+        return None
+    kind, failure, resolution, grounding = r.error_kind, r.failure, r.resolution, r.grounding
+    return (
+        f'{{"step_id":{r.step_id},"tool":{tool},"server":{server},'
+        f'"status":{encode_basestring(str(r.status))},"args":{_data_text(r.args)},'
+        f'"output":{_data_text(r.output)},"raw_output":{_data_text(r.raw_output)},'
+        f'"error":{error},'
+        f'"error_kind":{encode_basestring(str(kind)) if kind else "null"},'
+        f'"resolution":'
+        f'{_ENCODER.encode({k: str(v) for k, v in resolution.items()}) if resolution else "{}"},'
+        f'"llm_calls":{r.llm_calls},"attempts":{r.attempts},"started_at":{started},'
+        f'"duration":{duration},"note":{note},"reused":{_BOOL[r.reused]},'
+        f'"streamed":{_BOOL[r.streamed]},'
+        f'"failure":{_ENCODER.encode(failure.to_dict()) if failure else "null"},'
+        f'"grounding":'
+        f'{_ENCODER.encode({k: g.to_dict() for k, g in grounding.items()}) if grounding else "{}"}'
+        "}"
+    )
+
+
+def _head(event: Event) -> str | None:
+    """``"run_id":...,"ts":...`` of an event, or None when not plain."""
+    run_id, ts = event.run_id, event.ts
+    if type(run_id) is not str or not _finite(ts):
+        return None
+    return f'"run_id":{encode_basestring(run_id)},"ts":{float.__repr__(ts)}'
+
+
+def _step_started_text(e: StepStarted) -> str | None:
+    head, tool = _head(e), _opt_str(e.tool)
+    if (
+        head is None or tool is None or type(e.step_id) is not int
+        or type(e.plan_version) is not int
+    ):
+        return None
+    return (
+        f'{{"type":"StepStarted",{head},"step_id":{e.step_id},"tool":{tool},'
+        f'"plan_version":{e.plan_version}}}'
+    )
+
+
+def _tool_call_started_text(e: ToolCallStarted) -> str | None:
+    head = _head(e)
+    if (
+        head is None or type(e.tool) is not str or type(e.step_id) is not int
+        or type(e.attempt) is not int or type(e.plan_version) is not int
+        or type(e.safe) is not bool
+    ):
+        return None
+    return (
+        f'{{"type":"ToolCallStarted",{head},"step_id":{e.step_id},'
+        f'"tool":{encode_basestring(e.tool)},"args":{_data_text(e.args)},'
+        f'"attempt":{e.attempt},"plan_version":{e.plan_version},"safe":{_BOOL[e.safe]}}}'
+    )
+
+
+def _step_finished_text(e: StepFinished) -> tuple[str, str] | None:
+    head = _head(e)
+    if (
+        head is None or type(e.result) is not StepResult or type(e.plan_version) is not int
+        or type(e.safe) is not bool
+    ):
+        return None
+    result = _result_text(e.result)
+    if result is None:
+        return None
+    return (
+        f'{{"type":"StepFinished",{head},"result":{result},'
+        f'"plan_version":{e.plan_version},"safe":{_BOOL[e.safe]}}}'
+    ), result
+
+
+def event_text(event: Event) -> tuple[str, str | None] | None:
+    """Encode a hot event straight to compact JSON text, or None.
+
+    The events a run records on every step (``StepStarted``, ``ToolCallStarted``,
+    ``StepFinished``, exactly those classes) are written straight to text when their
+    fields are plain (exact ``str``, ``int``, ``bool``, finite ``float`` values, as the
+    executor gives them): the text is ``dumps(event_to_json(event))``, character for
+    character (a test checks it on generated events). For a ``StepFinished`` the text of
+    its result (the value of its ``"result"`` key) comes too.
+
+    Returns:
+        ``(text, result_text)`` (``result_text`` None but for a ``StepFinished``), or
+        None for any other event or field: encode ``event_to_json(event)`` then.
+    """
+    t = type(event)
+    if t is StepStarted:
+        text = _step_started_text(event)  # type: ignore[arg-type]
+        return None if text is None else (text, None)
+    if t is ToolCallStarted:
+        text = _tool_call_started_text(event)  # type: ignore[arg-type]
+        return None if text is None else (text, None)
+    if t is StepFinished:
+        return _step_finished_text(event)  # type: ignore[arg-type]
+    return None
