@@ -70,8 +70,8 @@ class MemoryRunStore:
     # -- recording -----------------------------------------------------------------
 
     def attach(self, bus: EventBus) -> None:
-        """Subscribe `handle` to ``bus``."""
-        bus.subscribe(self.handle)
+        """Subscribe `record` to ``bus`` (`handle`'s work, without a coroutine per event)."""
+        bus.subscribe(self.record)
 
     async def handle(self, event: Event) -> None:
         """Record one event (at once: memory has nothing to commit)."""
