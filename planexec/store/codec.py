@@ -24,6 +24,7 @@ from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
 __all__ = [
     "decode_value",
     "dumps",
+    "dumps_with",
     "encode_value",
     "event_text",
     "event_to_json",
@@ -287,16 +288,44 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def _fresh_text(data: Any) -> str:
+    """``dumps(data)`` for data that `event_to_json` (or `json_data`) built: never circular."""
+    if _PLAIN_ENCODER is None or type(data) is str:  # pragma: no cover - no C encoder
+        return _ENCODER.encode(data)
+    return "".join(_PLAIN_ENCODER(data, 0))
+
+
+def dumps_with(data: dict[str, Any], key: str) -> tuple[str, str | None]:
+    """``dumps(data)`` of an encoded event, and the text of its value at ``key``, encoded once.
+
+    For a store that keeps that value's text apart too (a step's result, a plan): the
+    event's text is made of the text of the keys before ``key``, that value's text and
+    the text of the keys after it, which is exactly ``dumps(data)``.
+
+    Returns:
+        The event's text, and the value's text (None when ``key`` is absent or None).
+    """
+    value = data.get(key)
+    if value is None:
+        return _fresh_text(data), None
+    value_text = _fresh_text(value)
+    keys = list(data)
+    at = keys.index(key)
+    before = _fresh_text({k: data[k] for k in keys[:at]})[:-1]  # "{..." without "}"
+    after = _fresh_text({k: data[k] for k in keys[at + 1:]})[1:]  # "...}" without "{"
+    return (
+        f"{before}{',' if at else ''}{encode_basestring(key)}:{value_text}"
+        f"{',' if at < len(keys) - 1 else ''}{after}"
+    ), value_text
+
+
 def _data_text(value: Any) -> str:
     """``dumps(json_data(value))``: the text of a value as the store records it."""
     if value is None:
         return "null"
     if type(value) is dict and not value:
         return "{}"
-    data = json_data(value)
-    if _PLAIN_ENCODER is None or type(data) is str:  # pragma: no cover - no C encoder
-        return _ENCODER.encode(data)
-    return "".join(_PLAIN_ENCODER(data, 0))
+    return _fresh_text(json_data(value))
 
 
 def _opt_str(value: Any) -> str | None:
@@ -339,10 +368,12 @@ def _result_text(result: StepResult) -> str | None:
     ):
         return None
     kind, failure, resolution, grounding = r.error_kind, r.failure, r.resolution, r.grounding
+    output = _data_text(r.output)
+    raw = output if r.raw_output is r.output else _data_text(r.raw_output)
     return (
         f'{{"step_id":{r.step_id},"tool":{tool},"server":{server},'
         f'"status":{encode_basestring(str(r.status))},"args":{_data_text(r.args)},'
-        f'"output":{_data_text(r.output)},"raw_output":{_data_text(r.raw_output)},'
+        f'"output":{output},"raw_output":{raw},'
         f'"error":{error},'
         f'"error_kind":{encode_basestring(str(kind)) if kind else "null"},'
         f'"resolution":'

@@ -66,6 +66,7 @@ from planexec.store.base import (
 )
 from planexec.store.codec import (
     dumps,
+    dumps_with,
     event_text,
     event_to_json,
     plan_from_json,
@@ -206,9 +207,19 @@ _StepRow = tuple[int, int, str, "str | None", "str | None", Any, Any, str]
 """What a ``StepFinished`` writes to ``step_results``: plan_version, step_id, status, tool,
 error_kind, started_at, duration, the result's text."""
 
-_Queued = tuple[_Row, Any]
-"""A queued event: its row, and what it changes in other tables — None (nothing), a
-`_StepRow` (a ``StepFinished``), or its encoded data (the other `_EFFECTS` types)."""
+@dataclass(frozen=True)
+class _Effect:
+    """What an event but a ``StepFinished`` changes in other tables (`_EFFECTS`)."""
+
+    data: dict[str, Any]
+    """The event, encoded (`event_to_json`)."""
+    plan_text: str | None = None
+    """A ``PlanCreated``'s plan, as the text in its event (the ``plans`` row keeps it too)."""
+
+
+_Queued = tuple[_Row, "_StepRow | _Effect | None"]
+"""A queued event: its row, and what it changes in other tables — nothing, a `_StepRow`
+(a ``StepFinished``), or an `_Effect` (the other `_EFFECTS` types)."""
 
 
 def _from_data(data: dict[str, Any]) -> _Queued:
@@ -218,15 +229,20 @@ def _from_data(data: dict[str, Any]) -> _Queued:
     plan_version = data.get("plan_version", data.get("version"))
     if kind == "StepFinished" and data.get("result") is not None:
         result = data["result"]
-        result_text = _dumps(result)
-        text = _dumps(data)
+        text, result_text = dumps_with(data, "result")
+        assert result_text is not None
         step = (int(data.get("plan_version", 1)), int(result["step_id"]), result["status"],
                 result.get("tool"), result.get("error_kind"), result.get("started_at"),
                 result.get("duration"), result_text)
         return (data["run_id"], ts, kind, data.get("step_id", result.get("step_id")),
                 plan_version, text), step
+    if kind == "PlanCreated":
+        text, plan_text = dumps_with(data, "plan")
+        return (data["run_id"], ts, kind, data.get("step_id"), plan_version, text), _Effect(
+            data, plan_text
+        )
     row = (data["run_id"], ts, kind, data.get("step_id"), plan_version, _dumps(data))
-    return row, (data if kind in _EFFECTS else None)
+    return row, (_Effect(data) if kind in _EFFECTS else None)
 
 
 def _encode(event: Event) -> _Queued:
@@ -964,13 +980,13 @@ class SQLiteRunStore:
         for seq, (row, effect) in enumerate(batch, first):
             if effect is None:
                 continue
-            if type(effect) is tuple:  # a StepFinished
-                steps.append((row[0], *effect[:7], row[1], effect[7], seq))
+            if isinstance(effect, _Effect):
+                if steps:
+                    self._write_steps(conn, steps)
+                    steps = []
+                self._apply(conn, effect, seq)
                 continue
-            if steps:
-                self._write_steps(conn, steps)
-                steps = []
-            self._apply(conn, effect, seq)
+            steps.append((row[0], *effect[:7], row[1], effect[7], seq))  # a StepFinished
         if steps:
             self._write_steps(conn, steps)
 
@@ -989,11 +1005,12 @@ class SQLiteRunStore:
                     "UPDATE runs SET error_kind = ? WHERE run_id = ?", (step[5], step[0])
                 )
 
-    def _apply(self, conn: sqlite3.Connection, data: dict[str, Any], seq: int) -> None:
+    def _apply(self, conn: sqlite3.Connection, effect: _Effect, seq: int) -> None:
         """Apply what one event changes elsewhere (already in ``events`` as row ``seq``).
 
         Not for a ``StepFinished``: `_apply_batch` writes those (`_write_steps`).
         """
+        data = effect.data
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
         if kind == "RunStarted":
             conn.execute(
@@ -1008,7 +1025,7 @@ class SQLiteRunStore:
                 "INSERT OR REPLACE INTO plans (run_id, version, created_at, text, reason, plan, "
                 "diagnostics, error, drafts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, int(data["version"]), ts, data.get("text", ""), data.get("reason"),
-                 _dumps(plan) if plan is not None else None,
+                 effect.plan_text,
                  _dumps(plan.get("diagnostics", []) if plan else []),
                  data.get("error"), _dumps(list(data.get("drafts") or []))),
             )

@@ -30,7 +30,7 @@ from planexec.events import (
 )
 from planexec.grounding import Grounding
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
-from planexec.store.codec import event_text, event_to_json, result_to_json
+from planexec.store.codec import dumps_with, event_text, event_to_json, result_to_json
 
 
 def reference(value: Any) -> str:
@@ -180,3 +180,28 @@ def test_other_events_and_fields_that_are_not_plain_are_left_to_event_to_json() 
     assert event_text(StepStarted(run_id="r", ts=math.nan, step_id=1, tool="t")) is None
     assert event_text(StepFinished(run_id="r", result=plain_result(duration=math.inf))) is None
     assert event_text(StepFinished(run_id="r", result=plain_result(note=StepStatus.FAILED))) is None
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), texts,
+              st.floats(allow_nan=False, allow_infinity=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(texts, inner, max_size=3)),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(texts, json_values, max_size=5), texts, json_values, st.data())
+def test_dumps_with_is_the_reference_text(
+    data: dict[str, Any], key: str, value: Any, draw: st.DataObject
+) -> None:
+    """The value at ``key`` is encoded once and spliced where the reference has it."""
+    items = list(data.items())
+    at = draw.draw(st.integers(0, len(items)))
+    if key not in data:
+        items.insert(at, (key, value))
+    data = dict(items)
+    text, value_text = dumps_with(data, key)
+    assert text == reference(data)
+    assert value_text == (None if data[key] is None else reference(data[key]))
