@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
-from planexec.events import Event, EventBus
+from planexec.events import Event, EventBus, ToolCallStarted
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
@@ -428,6 +428,7 @@ class SQLiteRunStore:
         self._lock = threading.RLock()
         self._pending: list[_Queued] = []
         self._hooked = type(self)._before_commit is not SQLiteRunStore._before_commit
+        self._policies: dict[tuple[str, bool], tuple[bool, bool]] = {}
         self._waiters: list[_Waiter] = []
         self._pending_lock = threading.Lock()
         self._wake = threading.Condition()
@@ -650,13 +651,16 @@ class SQLiteRunStore:
 
     def _observe(self, event: Event) -> Awaitable[None] | None:
         """`handle`, as a bus subscriber: None when nothing is to be awaited."""
-        loop = asyncio.get_running_loop()
-        waiter = self._enqueue(event, _encode(event), loop)
+        waiter = self._enqueue(event, _encode(event), asynchronous=True)
         if waiter is None:
             return None
+        loop = waiter.loop
+        assert loop is not None and waiter.future is not None
+        # the steps running but the one whose call starts (a result's step is done)
+        others = self._running_total - (type(event) is ToolCallStarted)
         if waiter.flush:
             self._wake_writer()
-        elif self._running_total > 0:
+        elif others > 0:
             # other steps are running: the results they record in this turn of the loop
             # share one commit, made at its end
             if loop not in self._soon:
@@ -676,10 +680,10 @@ class SQLiteRunStore:
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
-        if self._enqueue(event, _encode(event), None) is not None:
+        if self._enqueue(event, _encode(event), asynchronous=False) is not None:
             self.flush_sync()
 
-    def _flush_wanted(self, kind: str, safe: object) -> bool:
+    def _flush_wanted(self, kind: str, safe: bool) -> bool:
         """Whether the commit of an event is flushed to disk (fsync) in this mode."""
         if self.durability == "full":
             return True
@@ -687,28 +691,34 @@ class SQLiteRunStore:
             return False
         return kind in FLUSHED_EVENTS and checkpoint(kind, safe)
 
-    def _is_due(self, kind: str, safe: object) -> bool:
+    def _is_due(self, kind: str, safe: bool) -> bool:
         """Whether an event is committed before its handler returns (a checkpoint)."""
         if not self.buffer_events or checkpoint(kind, safe):
             return True
         return self._strict_results and kind == "StepFinished"
 
-    def _enqueue(
-        self, event: Event | None, item: _Queued, loop: asyncio.AbstractEventLoop | None
-    ) -> _Waiter | None:
+    def _policy(self, kind: str, safe: bool) -> tuple[bool, bool]:
+        """``(due, flush)`` of an event of type ``kind`` (`_is_due`, `_flush_wanted`)."""
+        key = (kind, safe)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = (
+                self._is_due(kind, safe), self._flush_wanted(kind, safe)
+            )
+        return policy
+
+    def _enqueue(self, event: Event, item: _Queued, *, asynchronous: bool) -> _Waiter | None:
         """Queue an event; return what to wait for when it must be committed now.
 
-        ``event`` None: ``item`` came from encoded data (`write_events`), read its ``safe``
-        from there. A safe result (not due) starts the ``result_delay`` clock if none is
-        held yet; any event that arrives after the delay has run out makes the queue due.
+        ``asynchronous``: the waiter gets a future of the running loop (else none: a
+        synchronous caller commits itself). A safe result (not due) starts the
+        ``result_delay`` clock if none is held yet; any event that arrives after the delay
+        has run out makes the queue due.
         """
         row = item[0]
         kind = row[2]
-        if event is None:
-            safe = json.loads(row[5]).get("safe") if kind in _MAY_BE_SAFE else None
-        else:
-            safe = getattr(event, "safe", None)
-        due = self._is_due(kind, safe)
+        safe = kind in _MAY_BE_SAFE and getattr(event, "safe", None) is True
+        due, flush = self._policy(kind, safe)
         start_timer = False
         with self._pending_lock:
             if kind in _COUNTED:
@@ -724,10 +734,8 @@ class SQLiteRunStore:
                 if start_timer:  # the writer thread commits it if nothing else does
                     self._wake_writer(work=False)
                 return None
-            waiter = _Waiter(
-                loop.create_future() if loop is not None else None,
-                self._flush_wanted(kind, safe), loop,
-            )
+            loop = asyncio.get_running_loop() if asynchronous else None
+            waiter = _Waiter(loop.create_future() if loop is not None else None, flush, loop)
             self._waiters.append(waiter)
         return waiter
 
