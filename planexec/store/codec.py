@@ -169,6 +169,13 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
     )
 
 
+def _copy(value: Any) -> Any:
+    """``json_data(value)``, with no call for an empty dict (most steps' arguments)."""
+    if type(value) is dict and not value:
+        return {}
+    return json_data(value)
+
+
 def result_to_json(result: StepResult) -> dict[str, Any]:
     """Encode a step result: exactly its `StepResult.to_dict` data (a test checks it).
 
@@ -176,14 +183,18 @@ def result_to_json(result: StepResult) -> dict[str, Any]:
     encodes a result on every step's critical path.
     """
     failure = result.failure
+    output = json_data(result.output)
     return {
         "step_id": result.step_id,
         "tool": result.tool,
         "server": result.server,
         "status": str(result.status),
-        "args": json_data(result.args),
-        "output": json_data(result.output),
-        "raw_output": json_data(result.raw_output),
+        "args": _copy(result.args),
+        "output": output,
+        # one object (a tool's own output): one copy, shared (JSON data either way)
+        "raw_output": output if result.raw_output is result.output else _copy(
+            result.raw_output
+        ),
         "error": result.error,
         "error_kind": str(result.error_kind) if result.error_kind else None,
         "resolution": {k: str(v) for k, v in result.resolution.items()},
@@ -242,6 +253,45 @@ def _recorded_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+_HOT = frozenset({StepStarted, ToolCallStarted, StepFinished})
+"""The events a run records on every step: encoded without the general loop."""
+
+
+def _hot_data(event: Any) -> dict[str, Any] | None:
+    """`event_to_json` of a hot event whose fields are plain (None: not plain).
+
+    What the general loop gives for such fields, built at once.
+    """
+    run_id, ts = event.run_id, event.ts
+    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:
+        return None
+    t = type(event)
+    if t is StepStarted:
+        step_id, tool, version = event.step_id, event.tool, event.plan_version
+        if (
+            type(step_id) is int and type(version) is int
+            and (tool is None or type(tool) is str)
+        ):
+            return {"type": "StepStarted", "run_id": run_id, "ts": ts, "step_id": step_id,
+                    "tool": tool, "plan_version": version}
+    elif t is ToolCallStarted:
+        step_id, tool, args, attempt = event.step_id, event.tool, event.args, event.attempt
+        version, safe = event.plan_version, event.safe
+        if (
+            type(step_id) is int and type(tool) is str and type(args) is dict
+            and type(attempt) is int and type(version) is int and type(safe) is bool
+        ):
+            return {"type": "ToolCallStarted", "run_id": run_id, "ts": ts,
+                    "step_id": step_id, "tool": tool, "args": _copy(args),
+                    "attempt": attempt, "plan_version": version, "safe": safe}
+    elif t is StepFinished:
+        result, version, safe = event.result, event.plan_version, event.safe
+        if type(result) is StepResult and type(version) is int and type(safe) is bool:
+            return {"type": "StepFinished", "run_id": run_id, "ts": ts,
+                    "result": result_to_json(result), "plan_version": version, "safe": safe}
+    return None
+
+
 def event_to_json(event: Event) -> dict[str, Any]:
     """Encode any event as ``{"type": ..., <fields>...}``.
 
@@ -250,6 +300,10 @@ def event_to_json(event: Event) -> dict[str, Any]:
     recorded too. Fields marked ``metadata={"record": False}`` (`RunFinished.run`) are
     left out.
     """
+    if type(event) in _HOT:
+        hot = _hot_data(event)
+        if hot is not None:
+            return hot
     data: dict[str, Any] = {"type": event.type}
     for name in _recorded_fields(type(event)):
         value = getattr(event, name)

@@ -31,6 +31,8 @@ from planexec.store.codec import event_to_json, plan_from_json, result_from_json
 
 __all__ = ["MemoryRunStore"]
 
+_FAILED = str(StepStatus.FAILED)
+
 
 @dataclass
 class _RunState:
@@ -108,9 +110,9 @@ class MemoryRunStore:
             elif kind == "StepFinished":
                 result = data["result"]
                 key = (int(data.get("plan_version", 1)), int(result["step_id"]))
-                state.steps.pop(key, None)  # re-recorded results move to the end
+                # a re-recorded result replaces the step's; readers order results by seq
                 state.steps[key] = (self._seq, result, event.ts)
-                if result["status"] == str(StepStatus.FAILED) and result.get("error_kind"):
+                if result["status"] == _FAILED and result.get("error_kind"):
                     state.error_kind = result["error_kind"]
             elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
                 state.steps.pop((int(data.get("plan_version", 1)), int(data["step_id"])), None)

@@ -9,6 +9,7 @@ JSON data): `event_text` gives the reference text or None, never other text.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -29,7 +30,7 @@ from planexec.events import (
     ToolCallStarted,
 )
 from planexec.grounding import Grounding
-from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 from planexec.store.codec import dumps_with, event_text, event_to_json, result_to_json
 
 
@@ -142,6 +143,28 @@ def check(event: Event) -> tuple[str, str | None] | None:
 @given(hot_events())
 def test_event_text_is_the_reference_text_or_none(event: Event) -> None:
     check(event)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(hot_events())
+def test_event_to_json_of_hot_events_is_jsonable_field_by_field(event: Event) -> None:
+    """The oracle: every field through `jsonable`, a result through `StepResult.to_dict`."""
+    expected: dict[str, Any] = {"type": type(event).__name__}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        expected[f.name] = value.to_dict() if isinstance(value, StepResult) else jsonable(value)
+    assert strict(event_to_json(event)) == strict(expected)
+
+
+def strict(value: Any) -> Any:
+    """``value`` with every leaf tagged by its type (``1``, ``1.0`` and ``True`` differ)."""
+    if isinstance(value, dict):
+        return [(k, strict(v)) for k, v in value.items()]  # key order counts
+    if isinstance(value, list):
+        return ["list", *(strict(v) for v in value)]
+    if isinstance(value, float) and math.isnan(value):
+        return (type(value).__name__, "nan")
+    return (type(value).__name__, value)
 
 
 def plain_result(**fields: Any) -> StepResult:
