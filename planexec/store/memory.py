@@ -72,8 +72,12 @@ class MemoryRunStore:
     # -- recording -----------------------------------------------------------------
 
     def attach(self, bus: EventBus) -> None:
-        """Subscribe `record` to ``bus`` (`handle`'s work, without a coroutine per event)."""
-        bus.subscribe(self.record)
+        """Subscribe `record` to ``bus`` (`handle`'s work, without a coroutine per event).
+
+        (A subclass that overrides `handle` gets `handle` subscribed.)
+        """
+        overridden = type(self).handle is not MemoryRunStore.handle
+        bus.subscribe(self.handle if overridden else self.record)
 
     async def handle(self, event: Event) -> None:
         """Record one event (at once: memory has nothing to commit)."""

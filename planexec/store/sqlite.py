@@ -629,8 +629,12 @@ class SQLiteRunStore:
     # -- recording -----------------------------------------------------------------
 
     def attach(self, bus: EventBus) -> None:
-        """Subscribe to ``bus``: `handle`'s work, without a coroutine per event."""
-        bus.subscribe(self._observe)
+        """Subscribe to ``bus``: `handle`'s work, without a coroutine per event.
+
+        (A subclass that overrides `handle` gets `handle` subscribed.)
+        """
+        overridden = type(self).handle is not SQLiteRunStore.handle
+        bus.subscribe(self.handle if overridden else self._observe)
 
     async def handle(self, event: Event) -> None:
         """Record one event; a checkpoint is committed (and flushed, per mode) on return.
