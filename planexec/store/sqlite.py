@@ -428,7 +428,8 @@ class SQLiteRunStore:
         self._lock = threading.RLock()
         self._pending: list[_Queued] = []
         self._hooked = type(self)._before_commit is not SQLiteRunStore._before_commit
-        self._policies: dict[tuple[str, bool], tuple[bool, bool]] = {}
+        self._policies: dict[str, tuple[bool, bool]] = {}
+        self._safe_policies: dict[str, tuple[bool, bool]] = {}
         self._waiters: list[_Waiter] = []
         self._pending_lock = threading.Lock()
         self._wake = threading.Condition()
@@ -703,12 +704,10 @@ class SQLiteRunStore:
 
     def _policy(self, kind: str, safe: bool) -> tuple[bool, bool]:
         """``(due, flush)`` of an event of type ``kind`` (`_is_due`, `_flush_wanted`)."""
-        key = (kind, safe)
-        policy = self._policies.get(key)
+        policies = self._safe_policies if safe else self._policies
+        policy = policies.get(kind)
         if policy is None:
-            policy = self._policies[key] = (
-                self._is_due(kind, safe), self._flush_wanted(kind, safe)
-            )
+            policy = policies[kind] = (self._is_due(kind, safe), self._flush_wanted(kind, safe))
         return policy
 
     def _enqueue(self, event: Event, item: _Queued, *, asynchronous: bool) -> _Waiter | None:
@@ -722,15 +721,17 @@ class SQLiteRunStore:
         row = item[0]
         kind = row[2]
         safe = kind in _MAY_BE_SAFE and getattr(event, "safe", None) is True
-        due, flush = self._policy(kind, safe)
+        policy = (self._safe_policies if safe else self._policies).get(kind)
+        due, flush = policy if policy is not None else self._policy(kind, safe)
         start_timer = False
         with self._pending_lock:
             if kind in _COUNTED:
                 self._count_running(kind, row[0])
             self._pending.append(item)
             if not due:
-                if self._held_since is not None:
-                    due = self._clock() - self._held_since >= self.result_delay
+                held = self._held_since
+                if held is not None:
+                    due = self._clock() - held >= self.result_delay
                 elif kind == "StepFinished":
                     self._held_since = self._clock()
                     start_timer = True
