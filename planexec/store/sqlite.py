@@ -30,6 +30,12 @@
   meanwhile with one flush, waiting and retrying on locks: neither a disk flush nor a
   lock wait blocks the event loop. The writer thread also runs the WAL checkpoints.
   Reads are short and synchronous.
+- **Cheap per event**: the store subscribes a synchronous observer that returns its
+  commit only when there is one to wait for (`attach`); an event is encoded once, at
+  once (a tool may change its arguments afterwards), straight to the JSON text of its
+  ``events`` row for the events of every step (`planexec.store.codec.event_text`), and
+  queued as that row; a result's text (and a plan's) is made once for its event and
+  its own table.
 """
 
 from __future__ import annotations
