@@ -65,6 +65,9 @@ def _ref_from_json(data: dict[str, Any]) -> Ref:
 
 def encode_value(value: Any) -> Any:
     """Encode an argument value as JSON data, keeping `Ref` and `Template` recoverable."""
+    t = type(value)
+    if (t is dict or t is list or t is tuple) and not value:  # most steps' args, positional
+        return {} if t is dict else []
     if isinstance(value, Ref):
         return {_REF: _ref_to_json(value)}
     if isinstance(value, Template):
