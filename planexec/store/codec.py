@@ -445,55 +445,46 @@ def _result_text(result: StepResult) -> str | None:
     )
 
 
-def _head(event: Event) -> str | None:
-    """``"run_id":...,"ts":...`` of an event, or None when not plain."""
-    run_id, ts = event.run_id, event.ts
-    if type(run_id) is not str or not _finite(ts):
+def _step_started_text(e: StepStarted, head: str) -> str | None:
+    step_id, tool, version = e.step_id, e.tool, e.plan_version
+    if type(step_id) is not int or type(version) is not int:
         return None
-    return f'"run_id":{encode_basestring(run_id)},"ts":{float.__repr__(ts)}'
-
-
-def _step_started_text(e: StepStarted) -> str | None:
-    head, tool = _head(e), _opt_str(e.tool)
-    if (
-        head is None or tool is None or type(e.step_id) is not int
-        or type(e.plan_version) is not int
-    ):
+    if tool is None:
+        tool_text = "null"
+    elif type(tool) is str:
+        tool_text = encode_basestring(tool)
+    else:
         return None
     return (
-        f'{{"type":"StepStarted",{head},"step_id":{e.step_id},"tool":{tool},'
-        f'"plan_version":{e.plan_version}}}'
+        f'{{"type":"StepStarted",{head},"step_id":{step_id},"tool":{tool_text},'
+        f'"plan_version":{version}}}'
     )
 
 
-def _tool_call_started_text(e: ToolCallStarted) -> str | None:
-    head = _head(e)
+def _tool_call_started_text(e: ToolCallStarted, head: str) -> str | None:
+    step_id, tool, attempt, version, safe = e.step_id, e.tool, e.attempt, e.plan_version, e.safe
     if (
-        head is None or type(e.tool) is not str or type(e.step_id) is not int
-        or type(e.attempt) is not int or type(e.plan_version) is not int
-        or type(e.safe) is not bool
+        type(tool) is not str or type(step_id) is not int or type(attempt) is not int
+        or type(version) is not int or type(safe) is not bool
     ):
         return None
     return (
-        f'{{"type":"ToolCallStarted",{head},"step_id":{e.step_id},'
-        f'"tool":{encode_basestring(e.tool)},"args":{_data_text(e.args)},'
-        f'"attempt":{e.attempt},"plan_version":{e.plan_version},"safe":{_BOOL[e.safe]}}}'
+        f'{{"type":"ToolCallStarted",{head},"step_id":{step_id},'
+        f'"tool":{encode_basestring(tool)},"args":{_data_text(e.args)},'
+        f'"attempt":{attempt},"plan_version":{version},"safe":{_BOOL[safe]}}}'
     )
 
 
-def _step_finished_text(e: StepFinished) -> tuple[str, str] | None:
-    head = _head(e)
-    if (
-        head is None or type(e.result) is not StepResult or type(e.plan_version) is not int
-        or type(e.safe) is not bool
-    ):
+def _step_finished_text(e: StepFinished, head: str) -> tuple[str, str] | None:
+    version, safe = e.plan_version, e.safe
+    if type(e.result) is not StepResult or type(version) is not int or type(safe) is not bool:
         return None
     result = _result_text(e.result)
     if result is None:
         return None
     return (
         f'{{"type":"StepFinished",{head},"result":{result},'
-        f'"plan_version":{e.plan_version},"safe":{_BOOL[e.safe]}}}'
+        f'"plan_version":{version},"safe":{_BOOL[safe]}}}'
     ), result
 
 
@@ -512,12 +503,16 @@ def event_text(event: Event) -> tuple[str, str | None] | None:
         None for any other event or field: encode ``event_to_json(event)`` then.
     """
     t = type(event)
+    if t not in _HOT:
+        return None
+    run_id, ts = event.run_id, event.ts
+    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:
+        return None
+    head = f'"run_id":{encode_basestring(run_id)},"ts":{float.__repr__(ts)}'
     if t is StepStarted:
-        text = _step_started_text(event)  # type: ignore[arg-type]
-        return None if text is None else (text, None)
-    if t is ToolCallStarted:
-        text = _tool_call_started_text(event)  # type: ignore[arg-type]
-        return None if text is None else (text, None)
-    if t is StepFinished:
-        return _step_finished_text(event)  # type: ignore[arg-type]
-    return None
+        text = _step_started_text(event, head)  # type: ignore[arg-type]
+    elif t is ToolCallStarted:
+        text = _tool_call_started_text(event, head)  # type: ignore[arg-type]
+    else:
+        return _step_finished_text(event, head)  # type: ignore[arg-type]
+    return None if text is None else (text, None)
