@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
-from planexec.events import Event, EventBus, ToolCallStarted
+from planexec.events import Event, EventBus, StepFinished, StepStarted, ToolCallStarted
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
@@ -204,8 +204,6 @@ and is not flushed: resume runs such a step again either way.
 """
 
 
-_dumps = dumps
-
 _Row = tuple[str, float, str, "int | None", "int | None", str]
 """An ``events`` row but its ``seq``: run_id, ts, type, step_id, plan_version, data."""
 
@@ -229,7 +227,7 @@ _Queued = tuple[_Row, "_StepRow | _Effect | None"]
 
 
 def _from_data(data: dict[str, Any]) -> _Queued:
-    """Queue an event encoded by `event_to_json` (any type, any field)."""
+    """Make the queue's item of an event encoded by `event_to_json` (any type, any field)."""
     kind = data["type"]
     ts = float(data["ts"])
     plan_version = data.get("plan_version", data.get("version"))
@@ -247,7 +245,7 @@ def _from_data(data: dict[str, Any]) -> _Queued:
         return (data["run_id"], ts, kind, data.get("step_id"), plan_version, text), _Effect(
             data, plan_text
         )
-    row = (data["run_id"], ts, kind, data.get("step_id"), plan_version, _dumps(data))
+    row = (data["run_id"], ts, kind, data.get("step_id"), plan_version, dumps(data))
     return row, (_Effect(data) if kind in _EFFECTS else None)
 
 
@@ -260,17 +258,17 @@ def _encode(event: Event) -> _Queued:
     texts = event_text(event)
     if texts is None:
         return _from_data(event_to_json(event))
-    text, result_text = texts
-    if result_text is None:  # a StepStarted or ToolCallStarted, checked plain
-        e: Any = event
-        return (e.run_id, e.ts, type(event).__name__, e.step_id, e.plan_version, text), None
-    f: Any = event
-    r = f.result
-    kind = r.error_kind
-    return (f.run_id, f.ts, "StepFinished", r.step_id, f.plan_version, text), (
-        f.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
-        r.started_at, r.duration, result_text,
-    )
+    text, result_text = texts  # the fields read below were checked plain
+    if isinstance(event, StepFinished):
+        assert result_text is not None
+        r = event.result
+        kind = r.error_kind
+        return (event.run_id, event.ts, "StepFinished", r.step_id, event.plan_version, text), (
+            event.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
+            r.started_at, r.duration, result_text,
+        )
+    assert isinstance(event, StepStarted | ToolCallStarted)
+    return (event.run_id, event.ts, event.type, event.step_id, event.plan_version, text), None
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -1035,7 +1033,7 @@ class SQLiteRunStore:
             conn.execute(
                 "UPDATE runs SET question = ?, config = ?, status = 'RUNNING', pid = ?, "
                 "host = ?, pid_start = ?, finished_at = NULL, error = NULL WHERE run_id = ?",
-                (data.get("question", ""), _dumps(data.get("config") or {}), os.getpid(),
+                (data.get("question", ""), dumps(data.get("config") or {}), os.getpid(),
                  HOST, MY_START, run_id),
             )
         elif kind == "PlanCreated":
@@ -1045,8 +1043,8 @@ class SQLiteRunStore:
                 "diagnostics, error, drafts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, int(data["version"]), ts, data.get("text", ""), data.get("reason"),
                  effect.plan_text,
-                 _dumps(plan.get("diagnostics", []) if plan else []),
-                 data.get("error"), _dumps(list(data.get("drafts") or []))),
+                 dumps(plan.get("diagnostics", []) if plan else []),
+                 data.get("error"), dumps(list(data.get("drafts") or []))),
             )
             conn.execute(
                 "UPDATE runs SET plan_version = MAX(COALESCE(plan_version, 0), ?) "
