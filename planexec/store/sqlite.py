@@ -938,8 +938,14 @@ class SQLiteRunStore:
             )
 
     async def flush(self) -> None:
-        """Commit every buffered event."""
-        await asyncio.to_thread(self.flush_sync)
+        """Commit every buffered event.
+
+        On the calling thread when that needs no wait and no disk flush (nothing queued,
+        or a short commit: `_commit_inline`), else on a thread, waiting for the commit
+        in flight, locks and the disk.
+        """
+        if not self._commit_inline():
+            await asyncio.to_thread(self.flush_sync)
 
     def flush_sync(self) -> None:
         """Commit every buffered event, synchronously."""
