@@ -380,9 +380,42 @@ def _data_text(value: Any) -> str:
     """``dumps(json_data(value))``: the text of a value as the store records it."""
     if value is None:
         return "null"
-    if type(value) is dict and not value:
-        return "{}"
+    if type(value) is dict:
+        if not value:
+            return "{}"
+        if len(value) <= _FLAT_ITEMS:
+            text = _flat_text(value)
+            if text is not None:
+                return text
     return _fresh_text(json_data(value))
+
+
+_FLAT_ITEMS = 4
+"""Dicts up to this size of scalars (a small tool output, a step's arguments) are written
+by `_flat_text`: cheaper than the C encoder's set-up for so few items."""
+
+_SCALAR_TEXT = {True: "true", False: "false", None: "null"}
+
+
+def _flat_text(value: dict[Any, Any]) -> str | None:
+    """The text of a dict of str keys and plain scalar values (None: anything else)."""
+    parts = []
+    for k, v in value.items():
+        t = type(v)
+        if type(k) is not str:
+            return None
+        if t is str:
+            text = encode_basestring(v)
+        elif t is bool or v is None:
+            text = _SCALAR_TEXT[v]
+        elif t is int:
+            text = int.__repr__(v)
+        elif t is float and v - v == 0.0:
+            text = float.__repr__(v)
+        else:
+            return None
+        parts.append(f"{encode_basestring(k)}:{text}")
+    return "{" + ",".join(parts) + "}"
 
 
 def _opt_str(value: Any) -> str | None:

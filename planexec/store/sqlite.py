@@ -51,7 +51,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
@@ -259,16 +259,16 @@ def _encode(event: Event) -> _Queued:
     if texts is None:
         return _from_data(event_to_json(event))
     text, result_text = texts  # the fields read below were checked plain
-    if isinstance(event, StepFinished):
-        assert result_text is not None
-        r = event.result
-        kind = r.error_kind
-        return (event.run_id, event.ts, "StepFinished", r.step_id, event.plan_version, text), (
-            event.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
-            r.started_at, r.duration, result_text,
-        )
-    assert isinstance(event, StepStarted | ToolCallStarted)
-    return (event.run_id, event.ts, event.type, event.step_id, event.plan_version, text), None
+    if result_text is None:  # a StepStarted or a ToolCallStarted
+        e = cast("StepStarted | ToolCallStarted", event)
+        return (e.run_id, e.ts, type(e).__name__, e.step_id, e.plan_version, text), None
+    f = cast(StepFinished, event)
+    r = f.result
+    kind = r.error_kind
+    return (f.run_id, f.ts, "StepFinished", r.step_id, f.plan_version, text), (
+        f.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
+        r.started_at, r.duration, result_text,
+    )
 
 
 def _read_only_fs(path: Path) -> bool:
