@@ -237,10 +237,15 @@ EventHandler = Callable[[Event], Awaitable[None] | None]
 
 
 class EventBus:
-    """Delivers events to subscribers, in subscription order, awaiting each."""
+    """Delivers events to subscribers, in subscription order, awaiting each.
+
+    A subscriber may be sync or async, or a sync function that returns an awaitable only
+    when there is something to wait for (the run stores' subscribers): it is awaited
+    then, and costs no coroutine when it returns None.
+    """
 
     def __init__(self, handlers: list[EventHandler] | None = None) -> None:
-        self._handlers: list[EventHandler] = list(handlers or [])
+        self._handlers: tuple[EventHandler, ...] = tuple(handlers or ())
 
     @property
     def listening(self) -> bool:
@@ -249,16 +254,22 @@ class EventBus:
 
     def subscribe(self, handler: EventHandler) -> None:
         """Add a subscriber."""
-        self._handlers.append(handler)
+        self._handlers = (*self._handlers, handler)
 
     def unsubscribe(self, handler: EventHandler) -> None:
         """Remove a subscriber, if present."""
         if handler in self._handlers:
-            self._handlers.remove(handler)
+            handlers = list(self._handlers)
+            handlers.remove(handler)
+            self._handlers = tuple(handlers)
 
     async def emit(self, event: Event) -> None:
-        """Deliver ``event`` to every subscriber; returns when all have handled it."""
-        for handler in list(self._handlers):
+        """Deliver ``event`` to every subscriber; returns when all have handled it.
+
+        Subscribers added or removed while an event is delivered take effect from the next
+        event.
+        """
+        for handler in self._handlers:
             out = handler(event)
-            if inspect.isawaitable(out):
+            if out is not None and inspect.isawaitable(out):
                 await out

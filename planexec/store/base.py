@@ -28,6 +28,7 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "StartedCall",
+    "checkpoint",
     "effective_status",
     "export_document",
     "is_checkpoint",
@@ -70,8 +71,15 @@ def is_checkpoint(data: Mapping[str, Any]) -> bool:
 
     Both may ride along with a later commit instead of costing one each.
     """
-    kind = data.get("type")
-    if (kind == "ToolCallStarted" or kind == "StepFinished") and data.get("safe") is True:
+    return checkpoint(data.get("type"), data.get("safe"))
+
+
+def checkpoint(kind: object, safe: object) -> bool:
+    """`is_checkpoint` of an event of type ``kind`` whose ``safe`` field is ``safe``.
+
+    For a store that decides from the event itself, before (or without) encoding it.
+    """
+    if (kind == "ToolCallStarted" or kind == "StepFinished") and safe is True:
         return False
     return kind in CHECKPOINT_EVENTS
 

@@ -31,6 +31,8 @@ from planexec.store.codec import event_to_json, plan_from_json, result_from_json
 
 __all__ = ["MemoryRunStore"]
 
+_FAILED = str(StepStatus.FAILED)
+
 
 @dataclass
 class _RunState:
@@ -70,8 +72,12 @@ class MemoryRunStore:
     # -- recording -----------------------------------------------------------------
 
     def attach(self, bus: EventBus) -> None:
-        """Subscribe `handle` to ``bus``."""
-        bus.subscribe(self.handle)
+        """Subscribe `record` to ``bus`` (`handle`'s work, without a coroutine per event).
+
+        (A subclass that overrides `handle` gets `handle` subscribed.)
+        """
+        overridden = type(self).handle is not MemoryRunStore.handle
+        bus.subscribe(self.handle if overridden else self.record)
 
     async def handle(self, event: Event) -> None:
         """Record one event (at once: memory has nothing to commit)."""
@@ -108,9 +114,9 @@ class MemoryRunStore:
             elif kind == "StepFinished":
                 result = data["result"]
                 key = (int(data.get("plan_version", 1)), int(result["step_id"]))
-                state.steps.pop(key, None)  # re-recorded results move to the end
+                # a re-recorded result replaces the step's; readers order results by seq
                 state.steps[key] = (self._seq, result, event.ts)
-                if result["status"] == str(StepStatus.FAILED) and result.get("error_kind"):
+                if result["status"] == _FAILED and result.get("error_kind"):
                     state.error_kind = result["error_kind"]
             elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
                 state.steps.pop((int(data.get("plan_version", 1)), int(data["step_id"])), None)

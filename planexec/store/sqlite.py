@@ -30,6 +30,12 @@
   meanwhile with one flush, waiting and retrying on locks: neither a disk flush nor a
   lock wait blocks the event loop. The writer thread also runs the WAL checkpoints.
   Reads are short and synchronous.
+- **Cheap per event**: the store subscribes a synchronous observer that returns its
+  commit only when there is one to wait for (`attach`); an event is encoded once, at
+  once (a tool may change its arguments afterwards), straight to the JSON text of its
+  ``events`` row for the events of every step (`planexec.store.codec.event_text`), and
+  queued as that row; a result's text (and a plan's) is made once for its event and
+  its own table.
 """
 
 from __future__ import annotations
@@ -42,14 +48,14 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
-from planexec.events import Event, EventBus
+from planexec.events import Event, EventBus, StepFinished, StepStarted, ToolCallStarted
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
@@ -59,12 +65,19 @@ from planexec.store.base import (
     RecordedStep,
     RunRecord,
     StartedCall,
+    checkpoint,
     export_document,
-    is_checkpoint,
     run_record,
     unmatched_calls,
 )
-from planexec.store.codec import event_to_json, plan_from_json, result_from_json
+from planexec.store.codec import (
+    dumps,
+    dumps_with,
+    event_text,
+    event_to_json,
+    plan_from_json,
+    result_from_json,
+)
 
 __all__ = [
     "DURABILITY",
@@ -161,7 +174,13 @@ _MAX_BUFFERED = 256
 
 _EFFECTS = frozenset({"RunStarted", "PlanCreated", "StepFinished", "StepDiscarded",
                       "RecoveryDecided", "RunFinished"})
-"""Event types that change more than the ``events`` table (`SQLiteRunStore._apply`)."""
+"""Event types that change more than the ``events`` table (`SQLiteRunStore._apply_batch`)."""
+
+_COUNTED = frozenset({"StepStarted", "StepFinished", "RunFinished"})
+"""Event types that change the count of running steps (`SQLiteRunStore._count_running`)."""
+
+_MAY_BE_SAFE = frozenset({"ToolCallStarted", "StepFinished"})
+"""Event types whose ``safe`` field decides whether they are checkpoints."""
 
 _CHECKPOINT_EVERY = 200
 """Commits on the event loop's side between two checkpoints by the writer thread."""
@@ -185,16 +204,71 @@ and is not flushed: resume runs such a step again either way.
 """
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_Row = tuple[str, float, str, "int | None", "int | None", str]
+"""An ``events`` row but its ``seq``: run_id, ts, type, step_id, plan_version, data."""
+
+_StepRow = tuple[int, int, str, "str | None", "str | None", Any, Any, str]
+"""What a ``StepFinished`` writes to ``step_results``: plan_version, step_id, status, tool,
+error_kind, started_at, duration, the result's text."""
+
+@dataclass(frozen=True)
+class _Effect:
+    """What an event but a ``StepFinished`` changes in other tables (`_EFFECTS`)."""
+
+    data: dict[str, Any]
+    """The event, encoded (`event_to_json`)."""
+    plan_text: str | None = None
+    """A ``PlanCreated``'s plan, as the text in its event (the ``plans`` row keeps it too)."""
 
 
-def _dumps(value: Any) -> str:
-    """Compact JSON text, with one encoder for every call.
+_Queued = tuple[_Row, "_StepRow | _Effect | None"]
+"""A queued event: its row, and what it changes in other tables — nothing, a `_StepRow`
+(a ``StepFinished``), or an `_Effect` (the other `_EFFECTS` types)."""
 
-    ``json.dumps`` with options builds a new encoder each time, which costs about as
-    much as encoding a small event.
+
+def _from_data(data: dict[str, Any]) -> _Queued:
+    """Make the queue's item of an event encoded by `event_to_json` (any type, any field)."""
+    kind = data["type"]
+    ts = float(data["ts"])
+    plan_version = data.get("plan_version", data.get("version"))
+    if kind == "StepFinished" and data.get("result") is not None:
+        result = data["result"]
+        text, result_text = dumps_with(data, "result")
+        assert result_text is not None
+        step = (int(data.get("plan_version", 1)), int(result["step_id"]), result["status"],
+                result.get("tool"), result.get("error_kind"), result.get("started_at"),
+                result.get("duration"), result_text)
+        return (data["run_id"], ts, kind, data.get("step_id", result.get("step_id")),
+                plan_version, text), step
+    if kind == "PlanCreated":
+        text, plan_text = dumps_with(data, "plan")
+        return (data["run_id"], ts, kind, data.get("step_id"), plan_version, text), _Effect(
+            data, plan_text
+        )
+    row = (data["run_id"], ts, kind, data.get("step_id"), plan_version, dumps(data))
+    return row, (_Effect(data) if kind in _EFFECTS else None)
+
+
+def _encode(event: Event) -> _Queued:
+    """Encode an event for the queue.
+
+    Its text comes straight from the event when it is a plain hot one
+    (`planexec.store.codec.event_text`), through `event_to_json` otherwise.
     """
-    return _ENCODER.encode(value)
+    texts = event_text(event)
+    if texts is None:
+        return _from_data(event_to_json(event))
+    text, result_text = texts  # the fields read below were checked plain
+    if result_text is None:  # a StepStarted or a ToolCallStarted
+        e = cast("StepStarted | ToolCallStarted", event)
+        return (e.run_id, e.ts, type(e).__name__, e.step_id, e.plan_version, text), None
+    f = cast(StepFinished, event)
+    r = f.result
+    kind = r.error_kind
+    return (f.run_id, f.ts, "StepFinished", r.step_id, f.plan_version, text), (
+        f.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
+        r.started_at, r.duration, result_text,
+    )
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -356,7 +430,10 @@ class SQLiteRunStore:
         self._held_since: float | None = None
         """When the oldest result held in the queue was queued (``clock``), or None."""
         self._lock = threading.RLock()
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[_Queued] = []
+        self._hooked = type(self)._before_commit is not SQLiteRunStore._before_commit
+        self._policies: dict[str, tuple[bool, bool]] = {}
+        self._safe_policies: dict[str, tuple[bool, bool]] = {}
         self._waiters: list[_Waiter] = []
         self._pending_lock = threading.Lock()
         self._wake = threading.Condition()
@@ -557,8 +634,12 @@ class SQLiteRunStore:
     # -- recording -----------------------------------------------------------------
 
     def attach(self, bus: EventBus) -> None:
-        """Subscribe `handle` to ``bus``."""
-        bus.subscribe(self.handle)
+        """Subscribe to ``bus``: `handle`'s work, without a coroutine per event.
+
+        (A subclass that overrides `handle` gets `handle` subscribed.)
+        """
+        overridden = type(self).handle is not SQLiteRunStore.handle
+        bus.subscribe(self.handle if overridden else self._observe)
 
     async def handle(self, event: Event) -> None:
         """Record one event; a checkpoint is committed (and flushed, per mode) on return.
@@ -573,24 +654,32 @@ class SQLiteRunStore:
         writer thread, which commits everything queued meanwhile in one transaction with
         one flush (group commit).
         """
-        loop = asyncio.get_running_loop()
-        waiter = self._enqueue(event_to_json(event), loop)
+        pending = self._observe(event)
+        if pending is not None:
+            await pending
+
+    def _observe(self, event: Event) -> Awaitable[None] | None:
+        """`handle`, as a bus subscriber: None when nothing is to be awaited."""
+        waiter = self._enqueue(event, _encode(event), asynchronous=True)
         if waiter is None:
-            return
+            return None
+        loop = waiter.loop
+        assert loop is not None and waiter.future is not None
+        # the steps running but the one whose call starts (a result's step is done)
+        others = self._running_total - (type(event) is ToolCallStarted)
         if waiter.flush:
             self._wake_writer()
-        elif self._running_total > 0:
+        elif others > 0:
             # other steps are running: the results they record in this turn of the loop
             # share one commit, made at its end
             if loop not in self._soon:
                 self._soon.add(loop)
                 loop.call_soon(self._commit_soon, loop)
         elif self._commit_inline():
-            return
+            return None
         else:
             self._wake_writer()
-        assert waiter.future is not None
-        await waiter.future
+        return waiter.future
 
     def _commit_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         """Commit what this turn of ``loop`` queued (inline, or through the writer)."""
@@ -600,71 +689,83 @@ class SQLiteRunStore:
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
-        if self._enqueue(event_to_json(event), None) is not None:
+        if self._enqueue(event, _encode(event), asynchronous=False) is not None:
             self.flush_sync()
 
-    def _flush_wanted(self, data: dict[str, Any]) -> bool:
+    def _flush_wanted(self, kind: str, safe: bool) -> bool:
         """Whether the commit of an event is flushed to disk (fsync) in this mode."""
         if self.durability == "full":
             return True
         if self.durability == "process":
             return False
-        return data["type"] in FLUSHED_EVENTS and is_checkpoint(data)
+        return kind in FLUSHED_EVENTS and checkpoint(kind, safe)
 
-    def _is_due(self, data: dict[str, Any]) -> bool:
-        """Whether ``data`` is committed before its handler returns (a checkpoint)."""
-        if not self.buffer_events or is_checkpoint(data):
+    def _is_due(self, kind: str, safe: bool) -> bool:
+        """Whether an event is committed before its handler returns (a checkpoint)."""
+        if not self.buffer_events or checkpoint(kind, safe):
             return True
-        return self._strict_results and data["type"] == "StepFinished"
+        return self._strict_results and kind == "StepFinished"
 
-    def _enqueue(
-        self, data: dict[str, Any], loop: asyncio.AbstractEventLoop | None
-    ) -> _Waiter | None:
-        """Queue ``data``; return what to wait for when it must be committed now.
+    def _policy(self, kind: str, safe: bool) -> tuple[bool, bool]:
+        """``(due, flush)`` of an event of type ``kind`` (`_is_due`, `_flush_wanted`)."""
+        policies = self._safe_policies if safe else self._policies
+        policy = policies.get(kind)
+        if policy is None:
+            policy = policies[kind] = (self._is_due(kind, safe), self._flush_wanted(kind, safe))
+        return policy
 
-        A safe result (not due) starts the ``result_delay`` clock if none is held yet;
-        any event that arrives after the delay has run out makes the queue due.
+    def _enqueue(self, event: Event, item: _Queued, *, asynchronous: bool) -> _Waiter | None:
+        """Queue an event; return what to wait for when it must be committed now.
+
+        ``asynchronous``: the waiter gets a future of the running loop (else none: a
+        synchronous caller commits itself). A safe result (not due) starts the
+        ``result_delay`` clock if none is held yet; any event that arrives after the delay
+        has run out makes the queue due.
         """
-        due = self._is_due(data)
+        row = item[0]
+        kind = row[2]
+        safe = kind in _MAY_BE_SAFE and getattr(event, "safe", None) is True
+        policy = (self._safe_policies if safe else self._policies).get(kind)
+        due, flush = policy if policy is not None else self._policy(kind, safe)
         start_timer = False
         with self._pending_lock:
-            self._count_running(data)
-            self._pending.append(data)
+            if kind in _COUNTED:
+                self._count_running(kind, row[0])
+            self._pending.append(item)
             if not due:
-                if self._held_since is not None:
-                    due = self._clock() - self._held_since >= self.result_delay
-                elif data["type"] == "StepFinished":
+                held = self._held_since
+                if held is not None:
+                    due = self._clock() - held >= self.result_delay
+                elif kind == "StepFinished":
                     self._held_since = self._clock()
                     start_timer = True
             if not due and len(self._pending) < _MAX_BUFFERED:
                 if start_timer:  # the writer thread commits it if nothing else does
                     self._wake_writer(work=False)
                 return None
-            waiter = _Waiter(
-                loop.create_future() if loop is not None else None, self._flush_wanted(data),
-                loop,
-            )
+            loop = asyncio.get_running_loop() if asynchronous else None
+            waiter = _Waiter(loop.create_future() if loop is not None else None, flush, loop)
             self._waiters.append(waiter)
         return waiter
 
-    def _count_running(self, data: dict[str, Any]) -> None:
+    def _count_running(self, kind: str, run_id: str) -> None:
         """Keep count of the steps started and not finished, per run (``_pending_lock``).
 
         Only decides whether a result waits for the end of the loop's turn to share a
         commit (`handle`); a count that drifts (a step cancelled without a result) costs
         that wait, never a commit, and ends with its run.
         """
-        kind, run_id = data["type"], data["run_id"]
         if kind == "StepStarted":
             self._running[run_id] = self._running.get(run_id, 0) + 1
             self._running_total += 1
-        elif kind == "StepFinished" and self._running.get(run_id, 0) > 0:
-            self._running[run_id] -= 1
-            self._running_total -= 1
-        elif kind == "RunFinished":
+        elif kind == "StepFinished":
+            if self._running.get(run_id, 0) > 0:
+                self._running[run_id] -= 1
+                self._running_total -= 1
+        else:  # RunFinished
             self._running_total -= self._running.pop(run_id, 0)
 
-    def _take(self, may_flush: bool) -> tuple[list[dict[str, Any]], list[_Waiter], bool] | None:
+    def _take(self, may_flush: bool) -> tuple[list[_Queued], list[_Waiter], bool] | None:
         """Take every queued event and waiter (None: a flush is wanted and not allowed).
 
         Called with ``_lock`` held: no other commit is in flight, so whatever was taken
@@ -701,7 +802,8 @@ class SQLiteRunStore:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     self._apply_batch(conn, batch)
-                    self._before_commit(batch)
+                    if self._hooked:
+                        self._before_commit([json.loads(q[0][5]) for q in batch])
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -721,7 +823,7 @@ class SQLiteRunStore:
         finally:
             self._lock.release()
 
-    def _requeue(self, batch: list[dict[str, Any]], waiters: list[_Waiter]) -> None:
+    def _requeue(self, batch: list[_Queued], waiters: list[_Waiter]) -> None:
         """Put a batch that was not committed back at the head of the queue."""
         with self._pending_lock:
             self._pending[:0] = batch
@@ -747,7 +849,8 @@ class SQLiteRunStore:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     self._apply_batch(conn, batch)
-                    self._before_commit(batch)
+                    if self._hooked:
+                        self._before_commit([json.loads(q[0][5]) for q in batch])
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -835,8 +938,14 @@ class SQLiteRunStore:
             )
 
     async def flush(self) -> None:
-        """Commit every buffered event."""
-        await asyncio.to_thread(self.flush_sync)
+        """Commit every buffered event.
+
+        On the calling thread when that needs no wait and no disk flush (nothing queued,
+        or a short commit: `_commit_inline`), else on a thread, waiting for the commit
+        in flight, locks and the disk.
+        """
+        if not self._commit_inline():
+            await asyncio.to_thread(self.flush_sync)
 
     def flush_sync(self) -> None:
         """Commit every buffered event, synchronously."""
@@ -847,29 +956,35 @@ class SQLiteRunStore:
 
         They are committed after (and with) every event already queued.
         """
+        items = [_from_data(data) for data in batch]
         with self._pending_lock:
-            self._pending.extend(batch)
+            self._pending.extend(items)
         self._commit_queue()
 
     def _before_commit(self, batch: list[dict[str, Any]]) -> None:
         """Called inside the write transaction, just before ``COMMIT``.
 
-        A hook for instrumentation and for crash tests (kill the process mid-write); it
-        does nothing here.
+        ``batch``: the batch's events (`planexec.store.codec.event_to_json`'s data,
+        decoded from the text written). A hook for instrumentation and for crash tests
+        (kill the process mid-write); it does nothing here (and the batch is decoded only
+        when a subclass overrides it).
         """
 
-    def _apply_batch(self, conn: sqlite3.Connection, batch: list[dict[str, Any]]) -> None:
+    def _apply_batch(self, conn: sqlite3.Connection, batch: list[_Queued]) -> None:
         """Write a batch of events, of one run or several, in order (inside a transaction).
 
         The event rows go in with one ``executemany``, numbered here after the table's
         last ``seq`` (the transaction holds the write lock, so nobody else numbers);
-        what an event changes in the other tables is applied in the events' order.
+        what an event changes in the other tables is applied in the events' order, the
+        ``step_results`` rows of consecutive results with one ``executemany``.
         """
-        spans: dict[str, tuple[float, float]] = {}
-        for data in batch:
-            ts = float(data["ts"])
-            first = spans.get(data["run_id"])
-            spans[data["run_id"]] = (first[0] if first else ts, ts)
+        spans: dict[str, list[float]] = {}
+        for row, _ in batch:
+            span = spans.get(row[0])
+            if span is None:
+                spans[row[0]] = [row[1], row[1]]
+            else:
+                span[1] = row[1]
         for run_id, (first_ts, last_ts) in spans.items():
             conn.execute(
                 "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, "
@@ -878,44 +993,53 @@ class SQLiteRunStore:
                 (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
             )
         last = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-        seq = int(last[0]) if last else 0
-        rows: list[tuple[Any, ...]] = []
-        effects: list[tuple[dict[str, Any], int, str | None]] = []
-        for data in batch:
-            seq += 1
-            run_id, kind = data["run_id"], data["type"]
-            result = data.get("result") if kind == "StepFinished" else None
-            step_id = data.get("step_id", result.get("step_id") if result else None)
-            result_text: str | None = None
-            if result is not None:  # the result's text once, for the event and its row
-                result_text = _dumps(result)
-                rest = _dumps({k: v for k, v in data.items() if k != "result"})
-                text = f'{rest[:-1]},"result":{result_text}}}'
-            else:
-                text = _dumps(data)
-            rows.append((seq, run_id, float(data["ts"]), kind, step_id,
-                         data.get("plan_version", data.get("version")), text))
-            if kind in _EFFECTS:
-                effects.append((data, seq, result_text))
+        first = int(last[0]) + 1 if last else 1
         conn.executemany(
             "INSERT INTO events (seq, run_id, ts, type, step_id, plan_version, data) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
+            [(seq, *row) for seq, (row, _) in enumerate(batch, first)],
         )
-        for data, row_seq, result_text in effects:
-            self._apply(conn, data, row_seq, result_text)
+        steps: list[tuple[Any, ...]] = []
+        for seq, (row, effect) in enumerate(batch, first):
+            if effect is None:
+                continue
+            if isinstance(effect, _Effect):
+                if steps:
+                    self._write_steps(conn, steps)
+                    steps = []
+                self._apply(conn, effect, seq)
+                continue
+            steps.append((row[0], *effect[:7], row[1], effect[7], seq))  # a StepFinished
+        if steps:
+            self._write_steps(conn, steps)
 
-    def _apply(
-        self, conn: sqlite3.Connection, data: dict[str, Any], seq: int, result_text: str | None
-    ) -> None:
-        """Apply what one event (already in ``events`` as row ``seq``) changes elsewhere."""
+    @staticmethod
+    def _write_steps(conn: sqlite3.Connection, steps: list[tuple[Any, ...]]) -> None:
+        """Write consecutive results to ``step_results`` (the latest of a step replaces it)."""
+        conn.executemany(
+            "INSERT OR REPLACE INTO step_results (run_id, plan_version, step_id, status, tool, "
+            "error_kind, started_at, duration, recorded_at, result, seq) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            steps,
+        )
+        for step in steps:
+            if step[3] == "FAILED" and step[5]:
+                conn.execute(
+                    "UPDATE runs SET error_kind = ? WHERE run_id = ?", (step[5], step[0])
+                )
+
+    def _apply(self, conn: sqlite3.Connection, effect: _Effect, seq: int) -> None:
+        """Apply what one event changes elsewhere (already in ``events`` as row ``seq``).
+
+        Not for a ``StepFinished``: `_apply_batch` writes those (`_write_steps`).
+        """
+        data = effect.data
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
-        result = data.get("result") if kind == "StepFinished" else None
         if kind == "RunStarted":
             conn.execute(
                 "UPDATE runs SET question = ?, config = ?, status = 'RUNNING', pid = ?, "
                 "host = ?, pid_start = ?, finished_at = NULL, error = NULL WHERE run_id = ?",
-                (data.get("question", ""), _dumps(data.get("config") or {}), os.getpid(),
+                (data.get("question", ""), dumps(data.get("config") or {}), os.getpid(),
                  HOST, MY_START, run_id),
             )
         elif kind == "PlanCreated":
@@ -924,29 +1048,15 @@ class SQLiteRunStore:
                 "INSERT OR REPLACE INTO plans (run_id, version, created_at, text, reason, plan, "
                 "diagnostics, error, drafts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, int(data["version"]), ts, data.get("text", ""), data.get("reason"),
-                 _dumps(plan) if plan is not None else None,
-                 _dumps(plan.get("diagnostics", []) if plan else []),
-                 data.get("error"), _dumps(list(data.get("drafts") or []))),
+                 effect.plan_text,
+                 dumps(plan.get("diagnostics", []) if plan else []),
+                 data.get("error"), dumps(list(data.get("drafts") or []))),
             )
             conn.execute(
                 "UPDATE runs SET plan_version = MAX(COALESCE(plan_version, 0), ?) "
                 "WHERE run_id = ?",
                 (int(data["version"]), run_id),
             )
-        elif kind == "StepFinished" and result is not None:
-            conn.execute(
-                "INSERT OR REPLACE INTO step_results (run_id, plan_version, step_id, seq, "
-                "status, tool, error_kind, started_at, duration, recorded_at, result) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, int(data.get("plan_version", 1)), int(result["step_id"]), seq,
-                 result["status"], result.get("tool"), result.get("error_kind"),
-                 result.get("started_at"), result.get("duration"), ts, result_text),
-            )
-            if result["status"] == "FAILED" and result.get("error_kind"):
-                conn.execute(
-                    "UPDATE runs SET error_kind = ? WHERE run_id = ?",
-                    (result["error_kind"], run_id),
-                )
         elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
             conn.execute(
                 "DELETE FROM step_results WHERE run_id = ? AND plan_version = ? AND step_id = ?",

@@ -7,6 +7,7 @@ import sqlite3
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_fixtures import record_failed_run, record_partial_run, sample_plan
@@ -286,3 +287,42 @@ async def test_a_limit_below_one_lists_no_runs(tmp_path: Path) -> None:
         assert len(store.list_runs(limit=1)) == 1
         assert store.list_runs(limit=0) == [] and store.list_runs(limit=-3) == []
         store.close()
+
+
+async def test_write_events_records_what_the_bus_records(tmp_path: Path) -> None:
+    """Encoded events written in one batch give the records the same events give live.
+
+    The live path encodes the hot events straight to text; `write_events` takes
+    `event_to_json` data: the two must agree on events, results, plans and runs.
+    """
+    memory = MemoryRunStore()
+    live = SQLiteRunStore(tmp_path / "live.sqlite3")
+
+    class Both:
+        """Both stores on one bus: they get the very same events."""
+
+        def attach(self, bus: EventBus) -> None:
+            memory.attach(bus)
+            live.attach(bus)
+
+    both: Any = Both()
+    await record_partial_run(both)
+    await record_failed_run(both)
+    await live.flush()
+    written = SQLiteRunStore(tmp_path / "written.sqlite3")
+    for run_id in ("run-1", "run-failed"):
+        written.write_events(memory.events(run_id))
+    for run_id in ("run-1", "run-failed"):
+        for store in (live, written):
+            assert store.events(run_id) == memory.events(run_id)
+            assert store.step_results(run_id) == memory.step_results(run_id)
+            assert store.plans(run_id) == memory.plans(run_id)
+            assert store.started_calls_without_result(run_id) == (
+                memory.started_calls_without_result(run_id)
+            )
+        a, b = live.get_run(run_id), written.get_run(run_id)
+        assert (a.status, a.error_kind, a.plan_version, a.step_counts, a.created_at,
+                a.updated_at) == (b.status, b.error_kind, b.plan_version, b.step_counts,
+                                  b.created_at, b.updated_at)
+    live.close()
+    written.close()
