@@ -11,7 +11,9 @@ the event bus, and compares wall times measured in this one run:
   again): its call start is committed, and in the default durability flushed to disk,
   before each call — one disk flush per step on the critical path.
 
-Stores: ``none``, ``memory``, and `SQLiteRunStore` in each durability mode:
+Stores: ``none``, ``listener`` (a subscriber that does nothing: what building and
+emitting the events costs, the floor under any store), ``memory``, and `SQLiteRunStore`
+in each durability mode:
 ``sqlite_calls`` (the default: every commit survives a killed process; the call starts
 of unsafe tools and the run's end are flushed to disk), ``sqlite_full`` (every commit
 flushed) and ``sqlite_process`` (none flushed). Rounds are interleaved (one run of each
@@ -50,9 +52,10 @@ from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STORES = ("none", "memory", "sqlite_process", "sqlite_calls", "sqlite_full")
+STORES = ("none", "listener", "memory", "sqlite_process", "sqlite_calls", "sqlite_full")
 SHAPES = ("chain", "fan", "chain_unsafe")
 LABELS = {
+    "listener": "a subscriber that does nothing (the events alone)",
     "memory": "`MemoryRunStore`",
     "sqlite_process": '`SQLiteRunStore`, `durability="process"`',
     "sqlite_calls": '`SQLiteRunStore`, `durability="calls"` (default)',
@@ -71,9 +74,27 @@ def make_plan(steps: int, shape: str) -> Plan:
     )
 
 
-def make_store(kind: str, directory: Path, n: int) -> RunStore | None:
+class Listener:
+    """A subscriber that ignores every event: what building and emitting them costs."""
+
+    def attach(self, bus: EventBus) -> None:
+        bus.subscribe(self.handle)
+
+    def handle(self, event: object) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def make_store(kind: str, directory: Path, n: int) -> RunStore | Listener | None:
     if kind == "none":
         return None
+    if kind == "listener":
+        return Listener()
     if kind == "memory":
         return MemoryRunStore()
     durability = kind.removeprefix("sqlite_")
@@ -81,7 +102,7 @@ def make_store(kind: str, directory: Path, n: int) -> RunStore | None:
 
 
 async def one_run(
-    catalog: ToolCatalog, plan: Plan, store: RunStore | None, run_id: str
+    catalog: ToolCatalog, plan: Plan, store: RunStore | Listener | None, run_id: str
 ) -> tuple[float, float]:
     """Wall and CPU seconds (all threads of the process) of one recorded run."""
     bus = EventBus()

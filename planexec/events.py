@@ -12,8 +12,9 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
+from planexec._frozen import build
 from planexec.errors import ErrorKind
 from planexec.grounding import Grounding
 from planexec.plan import Plan
@@ -52,6 +53,15 @@ class Event:
     def type(self) -> str:
         """The event's type name, e.g. ``StepFinished``."""
         return type(self).__name__
+
+    @classmethod
+    def of(cls, **fields: Any) -> Self:
+        """``cls(**fields)``, built faster (the executor makes three events per step).
+
+        The same event (a test holds it equal to the constructor's), without the frozen
+        dataclass's ``object.__setattr__`` per field.
+        """
+        return build(cls, fields)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,7 +279,31 @@ class EventBus:
         Subscribers added or removed while an event is delivered take effect from the next
         event.
         """
-        for handler in self._handlers:
+        rest = self.deliver(event)
+        if rest is not None:
+            await rest
+
+    def deliver(self, event: Event) -> Awaitable[None] | None:
+        """Deliver ``event`` now as far as no subscriber needs waiting for.
+
+        Returns None when every subscriber has handled it; else what is left to await
+        (that subscriber's awaitable, then the subscribers after it, in order). `emit`
+        is ``await`` of this; a producer on a hot path awaits only when it must.
+        """
+        handlers = self._handlers
+        for i, handler in enumerate(handlers):
             out = handler(event)
             if out is not None and inspect.isawaitable(out):
-                await out
+                return _deliver_rest(event, out, handlers[i + 1 :])
+        return None
+
+
+async def _deliver_rest(
+    event: Event, pending: Awaitable[Any], handlers: tuple[EventHandler, ...]
+) -> None:
+    """Await one subscriber's awaitable, then deliver to the subscribers after it."""
+    await pending
+    for handler in handlers:
+        out = handler(event)
+        if out is not None and inspect.isawaitable(out):
+            await out

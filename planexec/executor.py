@@ -1006,12 +1006,14 @@ class Executor:
             result = replace(result, streamed=True)
         self.results[result.step_id] = result
         if self.bus.listening:
-            await self.bus.emit(
-                StepFinished(
+            rest = self.bus.deliver(
+                StepFinished.of(
                     run_id=self.run_id, result=result, plan_version=self._plan_version,
                     safe=safe,
                 )
             )
+            if rest is not None:
+                await rest
 
     def _ended_by(
         self,
@@ -1121,14 +1123,16 @@ class Executor:
         self._check_upstream(step, results)
 
         if self.bus.listening:  # no subscriber: no event to build
-            await self.bus.emit(
-                StepStarted(
+            rest = self.bus.deliver(
+                StepStarted.of(
                     run_id=self.run_id,
                     step_id=step.id,
                     tool=step.tool,
                     plan_version=self._plan_version,
                 )
             )
+            if rest is not None:
+                await rest
         if spec is None:
             if step.selects_tool:  # an agent or server but no tool: select, never reason
                 return await self._select(ctx, results, feedback)
@@ -1780,8 +1784,8 @@ class Executor:
         if not safe:
             ctx.unsafe_call = True
         if self.bus.listening:
-            await self.bus.emit(
-                ToolCallStarted(
+            rest = self.bus.deliver(
+                ToolCallStarted.of(
                     run_id=self.run_id,
                     step_id=step.id,
                     tool=spec.name,
@@ -1791,6 +1795,8 @@ class Executor:
                     safe=safe,
                 )
             )
+            if rest is not None:  # e.g. the run store commits an unsafe call's start
+                await rest
         try:
             call = self._tool_call(ctx, spec, args, timeout)
             raw = await call

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import json
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum, StrEnum
@@ -17,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from planexec._frozen import build
 from planexec.errors import ErrorKind
 from planexec.grounding import Grounding
 from planexec.plan import Plan
@@ -421,18 +421,7 @@ class StepResult:
             TypeError: a field that does not exist, or a required one missing.
             ValueError: ``error``/``error_kind`` disagree with ``failure``.
         """
-        plain, factories, required, names = _result_fields()
-        if not fields.keys() <= names or not required <= fields.keys():
-            return cls(**fields)  # raises the TypeError __init__ raises
-        result = object.__new__(cls)
-        data = result.__dict__
-        data.update(plain)
-        for name, factory in factories:
-            if name not in fields:
-                data[name] = factory()
-        data.update(fields)
-        result.__post_init__()
-        return result
+        return build(cls, fields)
 
     def __post_init__(self) -> None:
         failure = self.failure
@@ -657,22 +646,3 @@ class Run:
             "usage": self.usage.to_dict(),
             "lessons": list(self.lessons),
         }
-
-
-@functools.cache
-def _result_fields() -> tuple[
-    dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...], frozenset[str], frozenset[str]
-]:
-    """`StepResult`'s fields: plain defaults, default factories, required, all names."""
-    plain: dict[str, Any] = {}
-    factories: list[tuple[str, Callable[[], Any]]] = []
-    required: set[str] = set()
-    for f in dataclasses.fields(StepResult):
-        if f.default is not dataclasses.MISSING:
-            plain[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            factories.append((f.name, f.default_factory))
-        else:
-            required.add(f.name)
-    names = frozenset(f.name for f in dataclasses.fields(StepResult))
-    return plain, tuple(factories), frozenset(required), names

@@ -71,3 +71,32 @@ async def test_attach_subscribes_a_subclass_own_handle(tmp_path: Path) -> None:
     await bus.emit(StepStarted(run_id="r", step_id=1, tool="t"))
     assert handled == ["memory", "sqlite"]
     sqlite.close()
+
+
+def test_deliver_needs_no_await_when_no_subscriber_waits() -> None:
+    seen: list[int] = []
+    bus = EventBus([lambda e: seen.append(1), lambda e: seen.append(2)])
+    assert bus.deliver(StepStarted(run_id="r", step_id=1, tool="t")) is None
+    assert seen == [1, 2]
+
+
+async def test_deliver_stops_at_a_subscriber_that_waits_and_the_rest_follow_in_order() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    def waits(event: Event) -> Awaitable[None]:
+        seen.append("waits")
+        return gate
+
+    def after(event: Event) -> None:
+        seen.append("after")
+
+    bus = EventBus([waits, after])
+    rest = bus.deliver(StepStarted(run_id="r", step_id=1, tool="t"))
+    assert rest is not None and seen == ["waits"]  # the next one waits for the first
+    task = asyncio.ensure_future(rest)
+    await asyncio.sleep(0)
+    assert seen == ["waits"]
+    gate.set_result(None)
+    await asyncio.wait_for(task, 5)
+    assert seen == ["waits", "after"]
