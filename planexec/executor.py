@@ -440,8 +440,12 @@ class Executor:
         """The tools."""
         self.resolver = resolver
         """The argument resolver."""
-        self._resolve_at_once = type(resolver).resolve is ArgResolver.resolve
-        """Whether `ArgResolver.resolve_at_once` is this resolver's (not overridden)."""
+        self._resolve_at_once = False
+        """Whether `ArgResolver.resolve_at_once` may stand in for this resolver's
+        ``resolve`` (it is ArgResolver's own, not overridden or wrapped); per run."""
+        self._runner_own = True
+        """Whether the local runner's ``call`` is its class's (not wrapped on the
+        instance: then every call goes through it); per run."""
         self.config = config if config is not None else ExecutorSettings()
         """The configuration."""
         self.bus = bus if bus is not None else EventBus()
@@ -650,6 +654,11 @@ class Executor:
         self._stopping = set()
         # asked once: the steps run in copies of this context (their tasks' contexts)
         self._callbacks = callbacks_around()
+        resolver = self.resolver
+        self._resolve_at_once = type(resolver).resolve is ArgResolver.resolve and (
+            "resolve" not in getattr(resolver, "__dict__", {})  # not wrapped on the instance
+        )
+        self._runner_own = "call" not in getattr(self.runner, "__dict__", {})
         for sid, result in (prior or {}).items():
             self.results[sid] = result
         sched = _Schedule(dict(prior or {}), feedback or {}, MappingProxyType(self.results))
@@ -1595,7 +1604,7 @@ class Executor:
             config = self.trace.tool_config(step.id, spec.name) if self.trace is not None else None
             # the resolver's validation, when it is of these very arguments
             model = validated[1] if validated is not None and validated[0] is args else None
-            direct = None if config is not None else direct_coroutine(
+            direct = None if config is not None or not self._runner_own else direct_coroutine(
                 spec, args, validated=model, callbacks=self._callbacks
             )  # the tool's own coroutine: no wrapper to pass every turn through
             coro = direct if direct is not None else self.runner.call(

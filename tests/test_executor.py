@@ -23,7 +23,7 @@ from planexec.events import (
     StepStarted,
     ToolCallStarted,
 )
-from planexec.executor import Executor
+from planexec.executor import Executor, LocalToolRunner
 from planexec.parsing import parse_plan
 from planexec.parsing.refs import contains_placeholder, find_refs
 from planexec.plan import Plan, Ref, Step, Template, format_path
@@ -1012,3 +1012,50 @@ async def test_an_executor_runs_again_after_a_cancelled_run() -> None:
     assert res[1].status is StepStatus.CANCELLED and calls(tool) == []
     res = await h.run(mk(1, "sites"))
     assert res[1].ok
+
+
+@pytest.mark.parametrize("how", ["subclass", "instance"])
+async def test_a_resolver_whose_resolve_is_replaced_is_asked_for_every_step(how: str) -> None:
+    asked: list[int] = []
+
+    class Counting(ArgResolver):
+        async def resolve(self, step: Step, *args: Any, **kwargs: Any) -> Any:
+            asked.append(step.id)
+            return await super().resolve(step, *args, **kwargs)
+
+    resolver: ArgResolver
+    if how == "subclass":
+        resolver = Counting()
+    else:
+        resolver = ArgResolver()
+        original = resolver.resolve
+
+        async def counting(step: Step, *args: Any, **kwargs: Any) -> Any:
+            asked.append(step.id)
+            return await original(step, *args, **kwargs)
+
+        resolver.resolve = counting  # type: ignore[method-assign]
+    tool = fake_tool("t", {"ok": 1}, args={"v": (Any, None)}, hints=SAFE)
+    plan = Plan(steps=(
+        Step(id=1, tool="t"), Step(id=2, tool="t", args={"v": Ref(1)}, depends_on=(1,)),
+    ))
+    results = await Executor(ToolCatalog([tool]), resolver).run(plan)
+    assert all(r.ok for r in results)
+    assert sorted(asked) == [1, 2]  # the fast path never steps around it
+
+
+async def test_a_local_runner_whose_call_is_wrapped_makes_every_call() -> None:
+    runner = LocalToolRunner()
+    original = runner.call
+    calls: list[str] = []
+
+    async def counting(spec: ToolSpec, args: dict[str, Any], **kwargs: Any) -> Any:
+        calls.append(spec.name)
+        return await original(spec, args, **kwargs)
+
+    runner.call = counting  # type: ignore[method-assign]
+    tool = fake_tool("t", {"ok": 1}, hints=SAFE)
+    plan = Plan(steps=(Step(id=1, tool="t"), Step(id=2, tool="t", depends_on=(1,))))
+    results = await Executor(ToolCatalog([tool]), runner=runner).run(plan)
+    assert all(r.ok for r in results)
+    assert calls == ["t", "t"]  # the direct path never steps around the wrapper
