@@ -798,17 +798,7 @@ class SQLiteRunStore:
                 _settle(waiters, None)
                 return True
             try:
-                conn = self._fast_connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._apply_batch(conn, batch)
-                    if self._hooked:
-                        self._before_commit([json.loads(q[0][5]) for q in batch])
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                self._write_batch(self._fast_connection(), batch)
             except (sqlite3.Error, StoreError):
                 # locked by another process, or any trouble: the writer waits and retries
                 self._requeue(batch, waiters)
@@ -822,6 +812,19 @@ class SQLiteRunStore:
             return True
         finally:
             self._lock.release()
+
+    def _write_batch(self, conn: sqlite3.Connection, batch: list[_Queued]) -> None:
+        """Write ``batch`` in one transaction on ``conn``: committed, or rolled back."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._apply_batch(conn, batch)
+            if self._hooked:
+                self._before_commit([json.loads(q[0][5]) for q in batch])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _requeue(self, batch: list[_Queued], waiters: list[_Waiter]) -> None:
         """Put a batch that was not committed back at the head of the queue."""
@@ -846,16 +849,7 @@ class SQLiteRunStore:
             def tx() -> None:
                 conn = self._connection()
                 self._set_sync(conn, flush)
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._apply_batch(conn, batch)
-                    if self._hooked:
-                        self._before_commit([json.loads(q[0][5]) for q in batch])
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                self._write_batch(conn, batch)
 
             try:
                 self._retry(tx)
