@@ -85,13 +85,14 @@ step that needed approval)."""
 
 
 def add_store_arguments(parser: argparse.ArgumentParser, *, allow_disable: bool = True) -> None:
-    """Add ``--store PATH`` (and, unless told not to, ``--no-store``) to a parser."""
+    """Add ``--store PATH|URL`` (and, unless told not to, ``--no-store``) to a parser."""
     parser.add_argument(
         "--store",
-        metavar="PATH",
+        metavar="PATH|URL",
         default=None,
         help=f"the run store file (default: ${ENV_VAR}, else {default_store_path()}; "
-        "':memory:' keeps runs in memory only)",
+        "':memory:' keeps runs in memory only; a postgresql:// URL records in a "
+        "PostgreSQL database shared by several hosts)",
     )
     if allow_disable:
         parser.add_argument(

@@ -64,17 +64,8 @@ from planexec.store.base import (
     unmatched_calls,
 )
 from planexec.store.codec import dumps, plan_from_json, result_from_json
-from planexec.store.sqlite import (
-    _MAX_BUFFERED,
-    _MAY_BE_SAFE,
-    DURABILITY,
-    FLUSHED_EVENTS,
-    RESULT_DELAY,
-    _Effect,
-    _encode,
-    _from_data,
-    _Queued,
-)
+from planexec.store.rows import MAX_BUFFERED, MAY_BE_SAFE, Effect, Queued, encode, from_data
+from planexec.store.sqlite import DURABILITY, FLUSHED_EVENTS, RESULT_DELAY
 
 if TYPE_CHECKING:
     import psycopg
@@ -236,7 +227,7 @@ class PostgresRunStore:
         self._lock = threading.RLock()
         """Held while the connection is in use (a commit or a read)."""
         self._pending_lock = threading.Lock()
-        self._pending: list[tuple[int, _Queued, bool]] = []
+        self._pending: list[tuple[int, Queued, bool]] = []
         """Queued events: (ticket, item, whether its commit waits for the WAL flush)."""
         self._tickets = 0
         self._committed = 0
@@ -384,7 +375,7 @@ class PostgresRunStore:
         with self._pending_lock:
             for data in batch:
                 self._tickets += 1
-                self._pending.append((self._tickets, _from_data(data), False))
+                self._pending.append((self._tickets, from_data(data), False))
             ticket = self._tickets
         self._commit_through(ticket)
 
@@ -403,9 +394,9 @@ class PostgresRunStore:
 
     def _enqueue(self, event: Event) -> int | None:
         """Queue an event; return its ticket when it must be committed before returning."""
-        item = _encode(event)
+        item = encode(event)
         kind = item[0][2]
-        safe = kind in _MAY_BE_SAFE and getattr(event, "safe", None) is True
+        safe = kind in MAY_BE_SAFE and getattr(event, "safe", None) is True
         due, flush = self._policy(kind, safe)
         with self._pending_lock:
             self._tickets += 1
@@ -417,7 +408,7 @@ class PostgresRunStore:
                 elif kind == "StepFinished":
                     self._held_since = self._clock()
                     self._start_timer()
-            if not due and len(self._pending) < _MAX_BUFFERED:
+            if not due and len(self._pending) < MAX_BUFFERED:
                 return None
         return ticket
 
@@ -467,7 +458,7 @@ class PostgresRunStore:
         tests (kill the process mid-write); it does nothing here.
         """
 
-    def _write_batch(self, batch: list[_Queued], flush: bool) -> None:
+    def _write_batch(self, batch: list[Queued], flush: bool) -> None:
         """Write a batch of events in one transaction, sent as one pipeline."""
         with self._using() as conn, conn.pipeline() as pipe, conn.transaction():
             cur = conn.cursor()
@@ -496,7 +487,7 @@ class PostgresRunStore:
                     self._insert_events(cur, plain)
                     plain = []
                 self._insert_events(cur, [row])
-                if isinstance(effect, _Effect):
+                if isinstance(effect, Effect):
                     self._apply(cur, effect)
                 else:  # a StepFinished: numbered as its event row
                     self._write_step(cur, row, effect)
@@ -532,7 +523,7 @@ class PostgresRunStore:
             cur.execute("UPDATE runs SET error_kind = %s WHERE run_id = %s", (step[4], run_id))
 
     @staticmethod
-    def _apply(cur: psycopg.Cursor[Any], effect: _Effect) -> None:
+    def _apply(cur: psycopg.Cursor[Any], effect: Effect) -> None:
         """Apply what one event but a ``StepFinished`` changes in other tables."""
         data = effect.data
         run_id, ts, kind = data["run_id"], float(data["ts"]), data["type"]
