@@ -17,8 +17,12 @@ import os
 from pathlib import Path
 
 from planexec.store.base import (
+    LEASE_TTL,
+    ApprovalRecord,
+    Lease,
     RecordedPlan,
     RecordedStep,
+    RequestState,
     RunRecord,
     RunStore,
     StartedCall,
@@ -30,12 +34,16 @@ from planexec.store.sqlite import SCHEMA_VERSION, SQLiteRunStore
 
 __all__ = [
     "ENV_VAR",
+    "LEASE_TTL",
     "MEMORY",
     "SCHEMA_VERSION",
+    "ApprovalRecord",
+    "Lease",
     "MemoryRunStore",
     "PostgresRunStore",
     "RecordedPlan",
     "RecordedStep",
+    "RequestState",
     "RunRecord",
     "RunStore",
     "SQLiteRunStore",
