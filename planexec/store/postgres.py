@@ -37,6 +37,7 @@ commits off the event loop with a thread, as the SQLite store does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import threading
@@ -52,18 +53,28 @@ from planexec.events import Event, EventBus
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
+    LEASE_TTL,
     MY_START,
     RUN_FIELDS,
+    ApprovalRecord,
+    Lease,
     RecordedPlan,
     RecordedStep,
+    RequestState,
     RunRecord,
     StartedCall,
+    check_claim,
+    check_decidable,
     checkpoint,
+    decided,
     export_document,
+    lease_lost,
+    lease_refused,
+    new_lease,
     run_record,
     unmatched_calls,
 )
-from planexec.store.codec import dumps, plan_from_json, result_from_json
+from planexec.store.codec import args_digest, dumps, plan_from_json, result_from_json
 from planexec.store.rows import MAX_BUFFERED, MAY_BE_SAFE, Effect, Queued, encode, from_data
 from planexec.store.sqlite import DURABILITY, FLUSHED_EVENTS, RESULT_DELAY
 
@@ -139,9 +150,41 @@ def _migrate_v1(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
+_V2 = """
+CREATE TABLE leases (
+    run_id       TEXT PRIMARY KEY,
+    owner        TEXT NOT NULL,
+    pid          INTEGER,
+    host         TEXT,
+    pid_start    DOUBLE PRECISION,
+    acquired_at  DOUBLE PRECISION NOT NULL,
+    heartbeat_at DOUBLE PRECISION NOT NULL,
+    ttl          DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE approvals (
+    run_id       TEXT NOT NULL,
+    plan_version INTEGER NOT NULL,
+    step_id      INTEGER NOT NULL,
+    request_no   INTEGER NOT NULL,
+    state        TEXT NOT NULL,
+    opened_at    DOUBLE PRECISION NOT NULL,
+    record       TEXT NOT NULL,
+    PRIMARY KEY (run_id, plan_version, step_id, request_no)
+);
+CREATE INDEX approvals_by_run ON approvals (run_id, opened_at);
+"""
+
+
+def _migrate_v2(conn: psycopg.Connection[Any]) -> None:
+    """One driver per run (leases) and approval requests as durable, decided-once rows."""
+    for statement in _V2.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 Migration = tuple[int, Callable[["psycopg.Connection[Any]"], None]]
 
-MIGRATIONS: list[Migration] = [(1, _migrate_v1)]
+MIGRATIONS: list[Migration] = [(1, _migrate_v1), (2, _migrate_v2)]
 """Schema steps ``(version, apply)`` in order; a database at version N gets every step > N."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -168,6 +211,13 @@ def redact(url: str) -> str:
         return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
     except ValueError:
         return "postgresql://(unparseable URL)"
+
+
+def _request(text: str) -> ApprovalRecord:
+    """An ``approvals`` row's record (`ApprovalRecord.to_dict`'s JSON) read back."""
+    data = json.loads(text)
+    data["state"] = RequestState(data["state"])
+    return ApprovalRecord(**data)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -235,6 +285,8 @@ class PostgresRunStore:
         self._timer: threading.Timer | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._conn_pid: int | None = None
+        self._written: dict[int, Event] = {}
+        """Events a store method wrote itself: ignored when a bus delivers them."""
         self.commits = 0
         """Transactions committed by this store object (for benchmarks)."""
         with self._lock:
@@ -347,12 +399,16 @@ class PostgresRunStore:
         The commit takes every event queued (of every run) in one transaction, on a
         worker thread; events queued while it is in flight go in the next commit.
         """
+        if self._written and self._skip(event):
+            return
         ticket = self._enqueue(event)
         if ticket is not None:
             await asyncio.to_thread(self._commit_through, ticket)
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
+        if self._written and self._skip(event):
+            return
         ticket = self._enqueue(event)
         if ticket is not None:
             self._commit_through(ticket)
@@ -464,38 +520,42 @@ class PostgresRunStore:
             cur = conn.cursor()
             if not flush:
                 cur.execute("SET LOCAL synchronous_commit = off")
-            spans: dict[str, list[float]] = {}
-            for row, _ in batch:
-                span = spans.get(row[0])
-                if span is None:
-                    spans[row[0]] = [row[1], row[1]]
-                else:
-                    span[1] = row[1]
-            for run_id, (first_ts, last_ts) in spans.items():
-                cur.execute(
-                    "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, "
-                    "pid_start) VALUES (%s, 'RUNNING', %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (run_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
-                    (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
-                )
-            plain: list[tuple[Any, ...]] = []
-            for row, effect in batch:
-                if effect is None:
-                    plain.append(row)
-                    continue
-                if plain:
-                    self._insert_events(cur, plain)
-                    plain = []
-                self._insert_events(cur, [row])
-                if isinstance(effect, Effect):
-                    self._apply(cur, effect)
-                else:  # a StepFinished: numbered as its event row
-                    self._write_step(cur, row, effect)
-            if plain:
-                self._insert_events(cur, plain)
+            self._write_rows(cur, batch)
             if self._hooked:
                 pipe.sync()
                 self._before_commit([json.loads(q[0][5]) for q in batch])
+
+    def _write_rows(self, cur: psycopg.Cursor[Any], batch: list[Queued]) -> None:
+        """The statements that record ``batch``, in order (inside a transaction)."""
+        spans: dict[str, list[float]] = {}
+        for row, _ in batch:
+            span = spans.get(row[0])
+            if span is None:
+                spans[row[0]] = [row[1], row[1]]
+            else:
+                span[1] = row[1]
+        for run_id, (first_ts, last_ts) in spans.items():
+            cur.execute(
+                "INSERT INTO runs (run_id, status, created_at, updated_at, pid, host, "
+                "pid_start) VALUES (%s, 'RUNNING', %s, %s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
+                (run_id, first_ts, last_ts, os.getpid(), HOST, MY_START),
+            )
+        plain: list[tuple[Any, ...]] = []
+        for row, effect in batch:
+            if effect is None:
+                plain.append(row)
+                continue
+            if plain:
+                self._insert_events(cur, plain)
+                plain = []
+            self._insert_events(cur, [row])
+            if isinstance(effect, Effect):
+                self._apply(cur, effect)
+            else:  # a StepFinished: numbered as its event row
+                self._write_step(cur, row, effect)
+        if plain:
+            self._insert_events(cur, plain)
 
     @staticmethod
     def _insert_events(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
@@ -602,6 +662,230 @@ class PostgresRunStore:
             )
             if cur.rowcount == 0:
                 raise RunNotFoundError(f"no run {run_id!r} in the store {self.display}")
+
+    # -- leases and approvals ----------------------------------------------------------
+
+    def _skip(self, event: Event) -> bool:
+        """Whether a store method wrote ``event`` already (then it is forgotten)."""
+        with self._pending_lock:
+            return self._written.pop(id(event), None) is event
+
+    def _cas(
+        self, run_id: str, fn: Callable[[psycopg.Connection[Any]], T],
+        event: Event | None = None,
+    ) -> T:
+        """Run ``fn`` and append ``event`` in one transaction, holding the run's lock.
+
+        Everything queued before is committed first (a prefix of the events). The
+        transaction takes the run's advisory lock (`pg_advisory_xact_lock`), so every
+        compare-and-set on one run — from any host — sees the previous one committed,
+        rows that do not exist yet included (a first lease, a first request). ``fn``
+        raising rolls the whole transaction back. A transaction that appends an event
+        waits for the server's WAL flush (unless ``durability="process"``).
+        """
+        self.flush_sync()
+        with self._using() as conn, conn.transaction():
+            if event is None or self.durability == "process":
+                conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                         (f"planexec-run:{run_id}",))
+            out = fn(conn)
+            if event is not None:
+                self._write_rows(conn.cursor(), [encode(event)])
+        self.commits += 1
+        if event is not None:
+            with self._pending_lock:
+                self._written[id(event)] = event
+                while len(self._written) > 1024:  # never delivered: forget the oldest
+                    del self._written[next(iter(self._written))]
+        return out
+
+    @staticmethod
+    def _lease_row(conn: psycopg.Connection[Any], run_id: str) -> Lease | None:
+        row = conn.execute(
+            "SELECT run_id, owner, pid, host, pid_start, acquired_at, heartbeat_at, ttl "
+            "FROM leases WHERE run_id = %s", (run_id,),
+        ).fetchone()
+        return Lease(*row) if row is not None else None
+
+    @staticmethod
+    def _put_lease(conn: psycopg.Connection[Any], lease: Lease) -> None:
+        conn.execute(
+            "INSERT INTO leases (run_id, owner, pid, host, pid_start, acquired_at, "
+            "heartbeat_at, ttl) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET owner = EXCLUDED.owner, pid = EXCLUDED.pid, "
+            "host = EXCLUDED.host, pid_start = EXCLUDED.pid_start, "
+            "acquired_at = EXCLUDED.acquired_at, heartbeat_at = EXCLUDED.heartbeat_at, "
+            "ttl = EXCLUDED.ttl",
+            (lease.run_id, lease.owner, lease.pid, lease.host, lease.pid_start,
+             lease.acquired_at, lease.heartbeat_at, lease.ttl),
+        )
+
+    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL) -> Lease:
+        """Take the run's lease (see `planexec.store.RunStore.acquire_lease`)."""
+
+        def cas(conn: psycopg.Connection[Any]) -> Lease:
+            now = time.time()
+            held = self._lease_row(conn, run_id)
+            if held is not None and held.owner != owner and held.live(now):
+                raise lease_refused(run_id, held)
+            lease = new_lease(run_id, owner, ttl, now, held)
+            self._put_lease(conn, lease)
+            return lease
+
+        return self._cas(run_id, cas)
+
+    def renew_lease(self, run_id: str, owner: str) -> Lease:
+        """Renew ``owner``'s lease (raises `LeaseHeldError` when it lost it)."""
+
+        def cas(conn: psycopg.Connection[Any]) -> Lease:
+            held = self._lease_row(conn, run_id)
+            if held is None or held.owner != owner:
+                raise lease_lost(run_id, owner, held)
+            lease = new_lease(run_id, owner, held.ttl, time.time(), held)
+            self._put_lease(conn, lease)
+            return lease
+
+        return self._cas(run_id, cas)
+
+    def release_lease(self, run_id: str, owner: str) -> bool:
+        """Give up ``owner``'s lease."""
+
+        def cas(conn: psycopg.Connection[Any]) -> bool:
+            cur = conn.execute("DELETE FROM leases WHERE run_id = %s AND owner = %s",
+                               (run_id, owner))
+            return cur.rowcount > 0
+
+        return self._cas(run_id, cas)
+
+    def get_lease(self, run_id: str) -> Lease | None:
+        """The run's lease as recorded, or None."""
+        return self._read(lambda conn: self._lease_row(conn, run_id))
+
+    @staticmethod
+    def _latest_request(
+        conn: psycopg.Connection[Any], run_id: str, plan_version: int, step_id: int
+    ) -> ApprovalRecord | None:
+        row = conn.execute(
+            "SELECT record FROM approvals WHERE run_id = %s AND plan_version = %s "
+            "AND step_id = %s ORDER BY request_no DESC LIMIT 1 FOR UPDATE",
+            (run_id, plan_version, step_id),
+        ).fetchone()
+        return _request(row[0]) if row is not None else None
+
+    @staticmethod
+    def _put_request(conn: psycopg.Connection[Any], rec: ApprovalRecord) -> None:
+        conn.execute(
+            "INSERT INTO approvals (run_id, plan_version, step_id, request_no, state, "
+            "opened_at, record) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (run_id, plan_version, step_id, request_no) DO UPDATE SET "
+            "state = EXCLUDED.state, opened_at = EXCLUDED.opened_at, record = EXCLUDED.record",
+            (rec.run_id, rec.plan_version, rec.step_id, rec.request_no, str(rec.state),
+             rec.opened_at, dumps(rec.to_dict())),
+        )
+
+    def open_request(
+        self, request: ApprovalRecord, *, event: Event | None = None
+    ) -> ApprovalRecord:
+        """Record an open request (see `planexec.store.RunStore.open_request`)."""
+
+        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord:
+            prev = self._latest_request(conn, request.run_id, request.plan_version,
+                                        request.step_id)
+            number = 1
+            if prev is not None:
+                number = prev.request_no + 1
+                if prev.state in (RequestState.OPEN, RequestState.DECIDED):
+                    self._put_request(conn, dataclasses.replace(
+                        prev, state=RequestState.WITHDRAWN,
+                        withdrawn_reason="superseded: the step asked again"))
+            rec = dataclasses.replace(request, request_no=number, state=RequestState.OPEN,
+                                      opened_at=request.opened_at or time.time())
+            self._put_request(conn, rec)
+            return rec
+
+        return self._cas(request.run_id, cas, event)
+
+    def decide_request(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        action: str,
+        args: dict[str, Any] | None,
+        edited: dict[str, Any] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        at: float | None = None,
+        request_no: int | None = None,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Decide the step's latest request, compare-and-set."""
+        digest = args_digest(args) if args is not None else None
+
+        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord:
+            rec = check_decidable(self._latest_request(conn, run_id, plan_version, step_id),
+                                  run_id, plan_version, step_id, request_no)
+            new = decided(rec, action=action, args=args, digest=digest, edited=edited,
+                          reason=reason, by=by, at=at if at is not None else time.time())
+            self._put_request(conn, new)
+            return new
+
+        return self._cas(run_id, cas, event)
+
+    def withdraw_request(
+        self, run_id: str, plan_version: int, step_id: int, reason: str
+    ) -> ApprovalRecord | None:
+        """Withdraw the step's latest request unless a call claimed it."""
+
+        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord | None:
+            rec = self._latest_request(conn, run_id, plan_version, step_id)
+            if rec is None or rec.state in (RequestState.CLAIMED, RequestState.WITHDRAWN):
+                return None
+            new = dataclasses.replace(rec, state=RequestState.WITHDRAWN, withdrawn_reason=reason)
+            self._put_request(conn, new)
+            return new
+
+        return self._cas(run_id, cas)
+
+    def claim_decision(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        tool: str,
+        digest: str,
+        claimer: str,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Claim the step's decision and record the call start, in one transaction."""
+
+        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord:
+            now = time.time()
+            rec = self._latest_request(conn, run_id, plan_version, step_id)
+            check_claim(rec, run_id=run_id, step_id=step_id, tool=tool, digest=digest,
+                        claimer=claimer, lease=self._lease_row(conn, run_id), now=now)
+            assert rec is not None
+            new = dataclasses.replace(rec, state=RequestState.CLAIMED, claimed_by=claimer,
+                                      claimed_at=now)
+            self._put_request(conn, new)
+            return new
+
+        return self._cas(run_id, cas, event)
+
+    def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
+        """Every request of a run, in the order opened."""
+
+        def read(conn: psycopg.Connection[Any]) -> list[ApprovalRecord]:
+            rows = conn.execute(
+                "SELECT record FROM approvals WHERE run_id = %s ORDER BY opened_at, request_no",
+                (run_id,),
+            ).fetchall()
+            return [_request(r[0]) for r in rows]
+
+        return self._read(read)
 
     # -- reading ---------------------------------------------------------------------
 
