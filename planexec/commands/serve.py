@@ -128,7 +128,7 @@ def handle(args: argparse.Namespace) -> int:
         from planexec.models import load_model
 
         model = load_model(args.model)
-    store = open_store(args.store)
+    store = open_store(args.store or (config.store.url if config is not None else None))
 
     source = tool_source(args.tools, args.mcp_config)
 
