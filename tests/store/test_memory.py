@@ -1,4 +1,4 @@
-"""The contract every run store meets (MemoryRunStore and SQLiteRunStore alike)."""
+"""The contract every run store meets (memory, SQLite and PostgreSQL alike)."""
 
 from __future__ import annotations
 

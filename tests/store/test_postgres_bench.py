@@ -14,7 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks" / "store.py"
 
-pytestmark = pytest.mark.slow
 
 
 def _load() -> ModuleType:
@@ -29,6 +28,7 @@ def _load() -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_a_tiny_postgres_run_measures_every_store_and_langgraph(
     postgres_server: str, tmp_path: Path
 ) -> None:
@@ -50,3 +50,9 @@ def test_a_tiny_postgres_run_measures_every_store_and_langgraph(
     assert data["shapes"]["chain"]["postgres_calls"]["commits_per_step"] < 1
     assert data["langgraph_postgres"]["commits_per_step"] >= 1
     assert data["table_md"].count("\n") == len(bench.PG_STORES) + 1
+
+
+def test_the_doc_quotes_the_committed_postgres_results() -> None:
+    """docs/durability.md's PostgreSQL table is the one benchmarks/store.py wrote."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "store_postgres.json").read_text())
+    assert data["table_md"] in (ROOT / "docs" / "durability.md").read_text()
