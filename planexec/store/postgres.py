@@ -283,6 +283,7 @@ class PostgresRunStore:
         self._committed = 0
         self._held_since: float | None = None
         self._timer: threading.Timer | None = None
+        self._closed = False
         self._conn: psycopg.Connection[Any] | None = None
         self._conn_pid: int | None = None
         self._written: dict[int, Event] = {}
@@ -472,10 +473,14 @@ class PostgresRunStore:
         """Commit the held results ``result_delay`` seconds from now if nothing does sooner."""
         timer = threading.Timer(self.result_delay, self._commit_held)
         timer.daemon = True
-        self._timer = timer
+        previous, self._timer = self._timer, timer
+        if previous is not None:
+            previous.cancel()
         timer.start()
 
     def _commit_held(self) -> None:
+        if self._closed:
+            return
         try:
             self.flush_sync()
         except StoreError as exc:  # the next commit (or flush) carries them or raises
@@ -1035,6 +1040,7 @@ class PostgresRunStore:
 
     def close(self) -> None:
         """Commit held events and close the connection."""
+        self._closed = True
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()

@@ -179,3 +179,23 @@ def test_a_lost_connection_fails_one_call_and_the_next_reconnects(postgres_url: 
         with pytest.raises(StoreError, match="terminating connection"):
             store.list_runs()
         assert store.list_runs() == []
+
+
+async def test_a_held_result_is_committed_within_result_delay_when_nothing_else_comes(
+    postgres_url: str,
+) -> None:
+    import asyncio
+    import time
+
+    store = PostgresRunStore(postgres_url, result_delay=0.05)
+    other = PostgresRunStore(postgres_url)
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(RunStarted(run_id="r", question="q"))
+    await bus.emit(StepFinished(run_id="r", result=_result(1), safe=True))
+    deadline = time.monotonic() + 30  # bounded: the timer commits it after 0.05 s
+    while not other.step_results("r") and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert [s.result.step_id for s in other.step_results("r")] == [1]
+    store.close()
+    other.close()
