@@ -73,13 +73,15 @@ from dataclasses import dataclass, field, replace
 from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
+from pydantic import ValidationError
+
 from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._text import as_text as _as_text
 from planexec._text import cut as _cut
 from planexec.approval import ApprovalAction, ApprovalDecision
 from planexec.config import ExecutorSettings
-from planexec.errors import CircuitOpenError, ErrorKind, ModelError
+from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind, ModelError
 from planexec.events import (
     ArgResolved,
     EventBus,
@@ -214,8 +216,25 @@ class Approvals(Protocol):
         resolution: Mapping[str, ResolutionMethod],
         *,
         plan_version: int,
+        dialect: str | None = None,
     ) -> ApprovalDecision | None:
-        """None: no approval needed; else the decision (approve/edit carry the args)."""
+        """None: no approval needed; else the decision (approve/edit carry the args).
+
+        ``dialect``: the plan's, for the check of edited arguments.
+        """
+        ...
+
+    def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
+              start: ToolCallStarted | None) -> None:
+        """Claim the decision for this exact call and record its start, at once.
+
+        Raises:
+            DecisionClaimError: no decision allows the call (it must not happen).
+        """
+        ...
+
+    async def withdraw(self, step_id: int, plan_version: int, reason: str) -> None:
+        """Withdraw the step's request (its streamed draft was withdrawn)."""
         ...
 
 
@@ -366,6 +385,8 @@ class _Ctx:
     plain JSON data), checked no more."""
     warnings: list[str] | None = None
     """What JSON could not keep of the last attempt's output (`check_output`)."""
+    approved: bool = False
+    """Whether the call needs its approval decision claimed at the call (`Approvals.claim`)."""
 
 
 _ToolSettings = tuple[
@@ -880,6 +901,8 @@ class Executor:
         step = sched.steps.get(sid)
         if step is None:
             return
+        if self.approvals is not None:  # a withdrawn step's request allows nothing
+            await self.approvals.withdraw(sid, self._plan_version, reason)
         for other in sched.started_users(sid):
             await self._discard(sched, other, f"it used the result of step {sid}, withdrawn")
             sched.wait(sched.steps[other], early=sched.complete or self.may_start_early(
@@ -1460,7 +1483,8 @@ class Executor:
         assert self.approvals is not None
         ctx.phase = "approval"
         decision = await self.approvals.review(
-            step, spec, args, ctx.resolution, plan_version=self._plan_version
+            step, spec, args, ctx.resolution, plan_version=self._plan_version,
+            dialect=self._dialect,
         )
         ctx.phase = "calling"
         if decision is None:
@@ -1482,10 +1506,21 @@ class Executor:
             raise _StepFailed(
                 StepStatus.WAITING_APPROVAL, None, note, error=None, note=note, args=args
             )
+        final = dict(decision.args)
+        if final != args:  # edits merged: checked here, after approval, as the plan's own
+            self._check_invariant(step, final, spec)
+            try:
+                spec.validate(final)
+            except ValidationError as exc:
+                message = (f"step {ctx.step.id}: the approved arguments of tool {spec.name!r} "
+                           f"do not fit its schema: {exc}; the tool was not called")
+                raise _StepFailed(StepStatus.FAILED, ErrorKind.ARGS_INVALID, message,
+                                  args=final) from exc
         for name in decision.edited or {}:
             ctx.resolution[name] = ResolutionMethod.EDITED
         ctx.note = _join_note(ctx.note, f"approved{who}")
-        return dict(decision.args)
+        ctx.approved = True
+        return final
 
     async def _reason(self, ctx: _Ctx, results: Mapping[int, StepResult]) -> StepResult:
         step = ctx.step
@@ -1792,18 +1827,28 @@ class Executor:
         safe = spec.hints.safe
         if not safe:
             ctx.unsafe_call = True
-        if self.bus.listening:
-            rest = self.bus.deliver(
-                ToolCallStarted.of(
-                    run_id=self.run_id,
-                    step_id=step.id,
-                    tool=spec.name,
-                    args=args,
-                    attempt=ctx.attempts,
-                    plan_version=self._plan_version,
-                    safe=safe,
-                )
+        claim = ctx.approved and ctx.attempts == 1 and self.approvals is not None
+        if self.bus.listening or claim:
+            start = ToolCallStarted.of(
+                run_id=self.run_id,
+                step_id=step.id,
+                tool=spec.name,
+                args=args,
+                attempt=ctx.attempts,
+                plan_version=self._plan_version,
+                safe=safe,
             )
+            if claim:  # the gate: the decision claimed with the call's start, or no call
+                assert self.approvals is not None
+                try:
+                    self.approvals.claim(step.id, self._plan_version, spec.name, args, start)
+                except DecisionClaimError as exc:
+                    breaker.release()
+                    ctx.attempts -= 1
+                    self.usage.tool_calls -= 1
+                    raise _StepFailed(StepStatus.WAITING_APPROVAL, None, str(exc), error=None,
+                                      note=f"waiting for approval: {exc}", args=args) from exc
+            rest = self.bus.deliver(start) if self.bus.listening else None
             if rest is not None:  # e.g. the run store commits an unsafe call's start
                 await rest
         try:

@@ -164,6 +164,8 @@ PLAN = """#Task1: find the asset
 def order_tools() -> dict[str, BaseTool]:
     return {
         "assets": fake_tool("assets", ["CH-6"], hints=READ),
+        "find_asset": fake_tool("find_asset", "CH-6", args={"site": str}, hints=READ),
+        "retire": fake_tool("retire", "retired", args={"asset": str}, hints=DESTRUCTIVE),
         "open_order": fake_tool("open_order", function=lambda asset, priority: {"id": "WO-1"},
                                 args={"asset": str, "priority": str}, hints=DESTRUCTIVE),
     }
@@ -229,9 +231,9 @@ async def test_resume_without_an_approval_config_honours_the_open_request() -> N
 # -- defect 7: an edit is checked in the plan's dialect, at the gate ---------------------------
 
 REWOO = """Plan: find the asset.
-#E1 = assets[]
-Plan: open a work order for it.
-#E2 = open_order[{"asset": "#E1", "priority": "high"}]
+#E1 = find_asset[MAIN]
+Plan: retire it.
+#E2 = retire[#E1]
 """
 
 
@@ -248,7 +250,7 @@ async def test_an_edit_holding_a_rewoo_reference_never_reaches_the_tool() -> Non
 
     agent = PlanExecuteAgent(None, list(tools.values()), approver=approver)
     run = await asyncio.wait_for(agent.execute_plan(REWOO), BOUND)
-    assert calls(tools["open_order"]) == [{"asset": "CH-7", "priority": "high"}]
+    assert calls(tools["retire"]) == [{"asset": "CH-7"}]
     assert run.status is RunStatus.SUCCEEDED
     assert len(asked) == 2 and asked[1].problems  # refused, asked again with the problem
     assert any("asset" in p for p in asked[1].problems)
@@ -265,4 +267,4 @@ async def test_a_recorded_edit_holding_a_rewoo_reference_is_refused() -> None:
         await decide_step(store, "r7", 2, ApprovalDecision.edit({"asset": "#E1"}),
                           catalog=ToolCatalog(list(tools.values())))
     assert info.value.problems
-    assert calls(tools["open_order"]) == []
+    assert calls(tools["retire"]) == []
