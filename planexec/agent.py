@@ -546,7 +546,7 @@ class PlanExecuteAgent:
             question=question,
             catalog=self._catalog_for(out_type),
             trace=trace,
-            store=_ledger(store if store is not None else self.store),
+            store=store if store is not None else self.store,
             owner=owner,
         )
         ctx = _RunCtx(
@@ -1367,10 +1367,3 @@ class PlanExecuteAgent:
             if asyncio.iscoroutine(out):
                 await out
 
-
-def _ledger(store: Any) -> Any:
-    """The store the run's approval requests and decisions go to: a `RunStore` (else None:
-    a store given as a bare event handler keeps no requests, the gate keeps its own)."""
-    from planexec.store.base import RunStore
-
-    return store if isinstance(store, RunStore) else None

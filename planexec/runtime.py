@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.language_models import BaseChatModel
@@ -330,7 +331,7 @@ class Runtime:
         question: str = "",
         catalog: ToolCatalog | None = None,
         trace: RunTrace | None = None,
-        store: RunStore | None = None,
+        store: Any = None,
         owner: str | None = None,
     ) -> RunServices:
         """Assemble one run: its client, resolver, reasoner, limits and executor.
@@ -346,7 +347,9 @@ class Runtime:
                 traces: the client parents each model call in it, the executor each
                 round, step and tool call. None: untraced, today's plain call path.
             store: The run's store: the approval gate records requests and decisions
-                there, and honours those already on record (`approval_gate`).
+                there, and honours those already on record (`approval_gate`). Anything
+                but a `planexec.store.RunStore` (a bare event handler) keeps no requests:
+                the gate keeps its own.
             owner: The run's lease holder, when its driver took the lease.
 
         Returns:
@@ -374,6 +377,9 @@ class Runtime:
             guard=limit_guard(limits, catalog),
             runner=self.runner,
             trace=trace,
-            approvals=self.approval_gate(bus=bus, run_id=run_id, store=store, owner=owner),
+            approvals=self.approval_gate(
+                bus=bus, run_id=run_id, owner=owner,
+                store=store if isinstance(store, RunStore) else None,
+            ),
         )
         return RunServices(client, resolver, reasoner, limits, executor)
