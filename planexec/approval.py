@@ -375,6 +375,11 @@ class ApprovalGate:
         why = self.policy.reason(spec)
         if why is not None:
             return why
+        records = self.store.approval_requests(self.run_id)
+        for policy in _policies(records):  # the run's recorded policies hold too
+            why = policy.reason(spec)
+            if why is not None:
+                return f"{why} (under the policy recorded for this run)"
         rec = self._latest(plan_version, step_id)
         if rec is not None and rec.state is not RequestState.WITHDRAWN:
             return rec.reason or "a request for this step is on record"
@@ -544,6 +549,20 @@ class ApprovalGate:
         await self.bus.emit(
             FallbackUsed(run_id=self.run_id, step_id=step_id, code=code, message=message)
         )
+
+
+def _policies(records: Iterable[ApprovalRecord]) -> list[ApprovalPolicy]:
+    """The distinct policies that opened the run's requests."""
+    out: dict[str, ApprovalPolicy] = {}
+    for rec in records:
+        p = rec.policy
+        if p:
+            key = repr(sorted((k, tuple(v)) for k, v in p.items()))
+            if key not in out:
+                out[key] = ApprovalPolicy(frozenset(p.get("require", ())),
+                                          frozenset(p.get("tools", ())),
+                                          frozenset(p.get("allow", ())))
+    return list(out.values())
 
 
 def _cut(value: object, limit: int = 80) -> str:

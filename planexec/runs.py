@@ -132,7 +132,7 @@ def force_hint(run_id: str) -> str:
 
 @contextlib.asynccontextmanager
 async def hold_lease(
-    store: RunStore, run_id: str, *, ttl: float = LEASE_TTL
+    store: RunStore, run_id: str, *, ttl: float | None = None
 ) -> AsyncIterator[Lease]:
     """Drive ``run_id`` as its one driver: take its lease, renew it, give it up at the end.
 
@@ -142,9 +142,12 @@ async def hold_lease(
     this driver. A driver that loses the lease (its heartbeat late by more than ``ttl``)
     is told by the next claim: no approved call happens without the lease.
 
+    ``ttl``: the lease's time to live (None: `LEASE_TTL`).
+
     Raises:
         LeaseHeldError: another live driver holds the lease; its message names it.
     """
+    ttl = LEASE_TTL if ttl is None else ttl
     owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     lease = store.acquire_lease(run_id, owner, ttl=ttl)
     token = LEASE_OWNER.set(owner)
@@ -595,9 +598,10 @@ def _prior_with_earlier_versions(
 
 # ---------------------------------------------------------------------- approvals
 
-_DECIDABLE = (RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED)
+_DECIDABLE = (RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED, RunStatus.RUNNING)
 """Run statuses a decision may be recorded in (a run killed while it waited is
-INTERRUPTED: its request is on record)."""
+INTERRUPTED: its request is on record; a running one may be asking its callback right
+now: the first decision recorded wins, compare-and-set, and the run applies it)."""
 
 
 def waiting_steps(store: RunStore, run_id: str) -> list[ApprovalRequest]:
