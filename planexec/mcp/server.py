@@ -963,7 +963,9 @@ def build_server(
         usage = Usage()
         # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
         trace = await runtime.start_trace(None, run_id=run_id, question="")
-        executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
+        executor = runtime.open_run(
+            run_id=run_id, usage=usage, bus=bus, trace=trace, store=store
+        ).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
         recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
         results = await execute_recorded(
