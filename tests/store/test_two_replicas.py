@@ -158,13 +158,6 @@ async def test_a_run_paused_on_one_replica_is_approved_and_resumed_on_the_other(
     assert_ran_once(postgres_url, run_id, log, done.content)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="REMAINS (issue 25's call gate): the store has leases and one-transaction "
-    "decision claims (PostgresRunStore too), but resume_run does not take the run's lease "
-    "and the call gate does not claim the decision yet, so both replicas call the tool. "
-    "Remove this mark when they do (strict: it fails once it passes).",
-)
 async def test_a_run_resumed_by_both_replicas_at_once_calls_the_tool_once(
     replicas: tuple[Replica, Replica, Path], postgres_url: str
 ) -> None:
