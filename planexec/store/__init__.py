@@ -16,8 +16,12 @@ import os
 from pathlib import Path
 
 from planexec.store.base import (
+    LEASE_TTL,
+    ApprovalRecord,
+    Lease,
     RecordedPlan,
     RecordedStep,
+    RequestState,
     RunRecord,
     RunStore,
     StartedCall,
@@ -28,11 +32,15 @@ from planexec.store.sqlite import SCHEMA_VERSION, SQLiteRunStore
 
 __all__ = [
     "ENV_VAR",
+    "LEASE_TTL",
     "MEMORY",
     "SCHEMA_VERSION",
+    "ApprovalRecord",
+    "Lease",
     "MemoryRunStore",
     "RecordedPlan",
     "RecordedStep",
+    "RequestState",
     "RunRecord",
     "RunStore",
     "SQLiteRunStore",
