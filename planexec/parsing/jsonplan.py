@@ -144,10 +144,27 @@ def _provider_call(item: Any) -> bool:
     return item.get("type") in ("tool_use", "function_call") and "name" in item
 
 
-def _is_call(item: Any) -> bool:
+def _names_tool(item: dict[str, Any], catalog: CatalogLike | None) -> bool:
+    """Whether a field of ``item`` names a tool of the catalog."""
+    if catalog is None:
+        return False
+    for v in item.values():
+        if isinstance(v, str) and 0 < len(v) <= 80:
+            name = v.strip().removesuffix("()")
+            try:
+                if name and catalog.has(name):
+                    return True
+            except KeyError:
+                return True
+    return False
+
+
+def _is_call(item: Any, catalog: CatalogLike | None = None) -> bool:
     """Whether ``item`` looks like a function call or a step object."""
     if not isinstance(item, dict):
         return False
+    if _names_tool(item, catalog):
+        return True
     fn = item.get("function")
     if isinstance(fn, dict) and "name" in fn:
         return True
@@ -173,11 +190,14 @@ def _filtered(items: list[Any], shape: str, where: str
     return calls, shape, extras
 
 
-def _plan_items(value: Any, depth: int = 0) -> tuple[list[Any], str, dict[str, Any]] | None:
+def _plan_items(
+    value: Any, depth: int = 0, catalog: CatalogLike | None = None
+) -> tuple[list[Any], str, dict[str, Any]] | None:
     """The step items of a plan-shaped value: ``(items, shape, top-level extras)``.
 
     ``shape`` names the shape (a key of `_SHAPES`), followed by `` in 'key'`` when the
-    plan is the single value of a wrapping object.
+    plan is the single value of a wrapping object. With a catalog, an object with a
+    field naming one of its tools is a step whatever its keys.
     """
     if isinstance(value, list):
         if value and any(_provider_call(v) for v in value):
@@ -185,7 +205,7 @@ def _plan_items(value: Any, depth: int = 0) -> tuple[list[Any], str, dict[str, A
             kind = ("gemini" if "functionCall" in first
                     else "anthropic" if first.get("type") == "tool_use" else "responses")
             return _filtered(value, kind, "the list")
-        if value and all(_is_call(v) for v in value):
+        if value and all(_is_call(v, catalog) for v in value):
             calls = all(
                 isinstance(v.get("function"), dict)
                 or not any(k in v for k in ("tool", "task", "Task", "operation", "action"))
@@ -214,7 +234,7 @@ def _plan_items(value: Any, depth: int = 0) -> tuple[list[Any], str, dict[str, A
         if isinstance(items, list) and items and depth < 3:
             inner = items[0].get("content" if key == "candidates" else "message") \
                 if isinstance(items[0], dict) else None
-            got = _plan_items(inner, depth + 1)
+            got = _plan_items(inner, depth + 1, catalog)
             if got is not None:
                 rest.pop(key)
                 extras = {f"{key}[{i}]": v for i, v in enumerate(items[1:], start=1)}
@@ -228,20 +248,16 @@ def _plan_items(value: Any, depth: int = 0) -> tuple[list[Any], str, dict[str, A
         if key in ("steps", "plan"):
             # the key says what the list is: one readable step is enough (the others are
             # reported as unreadable)
-            shaped = any(
-                isinstance(v, str) or _is_call(v)
-                or (isinstance(v, dict) and not _STEP_KEYS.isdisjoint(v))
-                for v in items
-            )
+            shaped = any(isinstance(v, str | dict) for v in items)
         else:
-            shaped = all(_is_call(v) for v in items)
+            shaped = all(_is_call(v, catalog) for v in items)
         if shaped:
             return items, key, {k: v for k, v in value.items() if k != key}
     if _is_call(value) and ("name" in value or "function" in value):
         return [value], "call", {}
     if depth == 0 and len(value) == 1:  # {"plan": {"steps": [...]}}, {"response": [...]}
         (key, inner), = value.items()
-        found = _plan_items(inner, 1)
+        found = _plan_items(inner, 1, catalog)
         if found is not None and found[1] != "strings":
             return found[0], f"{found[1]} in {key!r}", found[2]
     return None
@@ -268,11 +284,12 @@ def _candidates(text: str) -> Iterable[tuple[str, str]]:
         pos = min(found) if found else -1
 
 
-def find_json_plan(text: str) -> tuple[Any, str] | None:
+def find_json_plan(text: str, catalog: CatalogLike | None = None) -> tuple[Any, str] | None:
     """Find a plan-shaped JSON value in a reply (alone, in a code fence, or in prose).
 
     Args:
         text: The reply (already cleaned of leaked reasoning and special tokens).
+        catalog: With one, an object with a field naming one of its tools is a step.
 
     Returns:
         ``(value, where)`` with ``where`` one of ``"reply"``, ``"fence"``, ``"prose"``,
@@ -280,7 +297,7 @@ def find_json_plan(text: str) -> tuple[Any, str] | None:
     """
     if not isinstance(text, str):
         return None
-    found = _find(text)
+    found = _find(text, catalog)
     return None if found is None else (found[0], found[1])
 
 
@@ -292,7 +309,7 @@ def _starts_with_json(text: str) -> bool:
     return s[:1] in ("{", "[")
 
 
-def looks_like_json_plan(text: str) -> bool:
+def looks_like_json_plan(text: str, catalog: CatalogLike | None = None) -> bool:
     """Whether a reply *is* a JSON plan: it starts with a plan-shaped JSON value.
 
     Leaked reasoning and special tokens are removed first, and a code fence opener
@@ -320,7 +337,7 @@ def looks_like_json_plan(text: str) -> bool:
         got = read_json_keeping_duplicates(s if end is None else s[: end + 1])[0]
     if got.error is not None:
         return False
-    found = _plan_items(got.value)
+    found = _plan_items(got.value, 0, catalog)
     if found is None:
         return False
     return found[1] != "strings" or (end is not None and not s[end + 1 :].strip(" \t\n`"))
@@ -654,8 +671,7 @@ def _explicit_id(item: Any) -> tuple[bool, Any]:
 
 
 def _number(items: list[Any], rd: _Reader) -> list[int]:
-    """Each item's step id: its own (renumbered from 1 when ids count from 0), or its
-    position (the next free number)."""
+    """Each item's step id: its own (from 1; ids from 0 are renumbered), or its position."""
     given = [_explicit_id(item) for item in items]
     read = [(has, *(_int_id(raw) if has else (None, False))) for has, raw in given]
     if any(has and n == 0 for has, n, _ in read):
@@ -778,7 +794,10 @@ def _unidentified(item: dict[str, Any], used: set[str], sid: int, rd: _Reader) -
         used.add(key)
         close = ""
         if rd.catalog is not None:
-            near = rd.catalog.suggest(value.strip())
+            near = list(rd.catalog.suggest(value.strip()))
+            for word in re.findall(r"[A-Za-z_][\w\-]{2,}", value)[:20]:
+                near.extend(rd.catalog.suggest(word, 1))
+            near = list(dict.fromkeys(near))[:3]
             close = f"; close matches: {', '.join(near)}" if near else "; no close match"
         rd.warn("JSON_TOOL_UNIDENTIFIED", f"step {sid} has the tool-like field {key!r} "
                 f"({_shown(value, 40)}), which names no tool{close}: the step must not run "
@@ -910,12 +929,14 @@ _WHERE = {"reply": "", "fence": " inside a code fence", "prose": " inside prose 
           "around it is ignored)"}
 
 
-def _find(text: str) -> tuple[Any, str, tuple[str, ...], tuple[DuplicateKey, ...]] | None:
+def _find(
+    text: str, catalog: CatalogLike | None = None
+) -> tuple[Any, str, tuple[str, ...], tuple[DuplicateKey, ...]] | None:
     if "{" not in text and "[" not in text:
         return None
     for candidate, where in _candidates(text):
         got, dups = read_json_keeping_duplicates(candidate)
-        if got.error is None and _plan_items(got.value) is not None:
+        if got.error is None and _plan_items(got.value, 0, catalog) is not None:
             return got.value, where, got.repairs, dups
     return None
 
@@ -1007,11 +1028,11 @@ def parse_json_plan(text: str, catalog: CatalogLike | None = None) -> Plan:
             instead.
     """
     cleaned, cleanup = _cleaned(text)
-    found = _find(cleaned)
+    found = _find(cleaned, catalog)
     if found is None:
         raise PlanParseError(_no_plan(cleaned), tuple(cleanup))
     value, where, repairs, dups = found
-    plan_items = _plan_items(value)
+    plan_items = _plan_items(value, 0, catalog)
     assert plan_items is not None
     items, shape, top = plan_items
     base, _, wrapper = shape.partition(" in ")

@@ -109,7 +109,8 @@ def test_extract_json_object_never_reads_a_part_of_a_duplicate_key_object() -> N
 async def test_resolver_refuses_a_fallback_reply_with_a_duplicate_key() -> None:
     catalog = ToolCatalog([fake_tool("target", args={"asset_id": str})])
     model = ScriptedChatModel(
-        replies=['{"asset_id": "CH-6", "asset_id": "CH-7"}', '{"asset_id": "CH-7", "asset_id": "CH-6"}']
+        replies=['{"asset_id": "CH-6", "asset_id": "CH-7"}',
+                 '{"asset_id": "CH-7", "asset_id": "CH-6"}']
     )
     step = Step(id=9, task="t", tool="target",
                 args={"asset_id": Ref(1, hint="asset_from_step_1", raw="{asset_from_step_1}")})
