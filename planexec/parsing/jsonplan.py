@@ -107,6 +107,11 @@ _SERVER_KEYS = ("server", "agent")
 _META_KEYS = frozenset(("confidence", "reason", "reasoning", "rationale", "note", "notes",
                         "comment", "title", "status", "output", "result", "type", "thought"))
 """Fields never read as flattened arguments without a catalog (reported as unknown)."""
+_NOT_TOOL_KEYS = frozenset(
+    ARGS_KEYS + DEPS_KEYS + _ID_KEYS + _EXPECTED_KEYS + _SERVER_KEYS
+    + tuple(k for k in _TASK_KEYS if k not in ("task", "Task"))
+)
+"""Keys never read as the tool, even when their value names a catalog tool."""
 _STEP_KEYS = frozenset(
     _ID_KEYS + _TASK_KEYS + TOOL_KEYS + ARGS_KEYS + DEPS_KEYS + _EXPECTED_KEYS + _SERVER_KEYS
 )
@@ -120,7 +125,8 @@ _DEP_RE = re.compile(r"^\s*(?:#?\s*(?:s|step|task|e|node)[_ \-]?)?<?(\d{1,9})>?\
 _FOREIGN_REF_RE = re.compile(
     r"<GENERATED>-(\d{1,9})|<node-(\d{1,9})>|#E(\d{1,9})(?!\w)|(?<=[<{])(step_)(\d{1,9})"
 )
-_DOLLAR_RE = re.compile(r"^\s*\$\{?\s*(\d{1,9})\s*\}?\s*$")
+_DOLLAR_RE = re.compile(r"^\s*\$(?:(\d{1,9})|\{\s*(\d{1,9})\s*\})\s*$")
+_NEGATIVE_RE = re.compile(r"^\s*-\d{1,9}\s*$")
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.S)
 _MAX_CANDIDATES = 16
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -360,6 +366,8 @@ class _Reader:
     node_ids: dict[int, int] = field(default_factory=dict)
     """TaskBench: a node's 0-based position → its step number."""
     call_shape: bool = False
+    ids: frozenset[int] = frozenset()
+    """The plan's step numbers."""
     diags: Diagnostics = field(default_factory=Diagnostics)
 
     def warn(self, code: str, message: str, step: int | None = None,
@@ -439,7 +447,9 @@ def _text(value: Any, field_name: str, sid: int, rd: _Reader) -> str:
 
 
 def _is_none(item: Any) -> bool:
-    return item is None or (isinstance(item, str) and item.strip().lower() in _NONE_TOOLS) or (
+    if isinstance(item, str):
+        return item.strip().lower() in _NONE_TOOLS or bool(_NEGATIVE_RE.match(item))
+    return item is None or (
         isinstance(item, int | float) and not isinstance(item, bool) and item < 0
     )
 
@@ -477,10 +487,15 @@ def _rewrite_refs(value: Any, sid: int, rd: _Reader) -> Any:
         return value
     m = _DOLLAR_RE.match(value)
     if m is not None:
-        new = f"<step_{rd.step_number(int(m.group(1)))}>"
-        rd.warn("JSON_REF_FORM", f"step {sid}: read {value.strip()!r} as {new}", sid,
-                Severity.INFO)
-        return new
+        n = rd.step_number(int(m.group(1) or m.group(2)))
+        if m.group(2) is not None or (n < sid and n in rd.ids):
+            new = f"<step_{n}>"
+            rd.warn("JSON_REF_FORM", f"step {sid}: read {value.strip()!r} as {new}", sid,
+                    Severity.INFO)
+            return new
+        rd.warn("JSON_DOLLAR_TEXT", f"step {sid}: {value.strip()!r} names no earlier step; "
+                "kept as text (write ${N} or <step_N> for a reference)", sid)
+        return value
 
     def sub(m: re.Match[str]) -> str:
         gen, node, e, step_prefix, step_n = m.groups()
@@ -734,7 +749,9 @@ def _find_tool(item: dict[str, Any], used: set[str], sid: int, rd: _Reader) -> _
     chosen: list[tuple[str, Any]] = []
     if rd.catalog is not None:
         for k, v in free.items():
-            if k in ARGS_KEYS or k in DEPS_KEYS or k in _ID_KEYS or not isinstance(v, str):
+            if k in _NOT_TOOL_KEYS or not isinstance(v, str) or (
+                k in ("task", "Task") and explicit
+            ):
                 continue
             name = v.strip()
             name = name[:-2] if name.endswith("()") else name
@@ -1055,6 +1072,7 @@ def parse_json_plan(text: str, catalog: CatalogLike | None = None) -> Plan:
         rd.warn("JSON_SHAPE", f"read {what}{_WHERE[where]} as a plan of "
                 f"{len(items)} step(s){how}", None, Severity.INFO)
     ids = _number(items, rd)
+    rd.ids = frozenset(ids)
     links: dict[int, set[int]] | None = None
     texts: list[str | None] = [None] * len(items)
     if base == "taskbench":

@@ -270,6 +270,18 @@ CASES: dict[str, Case] = {
                            deps=(1,))),
         "JSON_REF_FORM",
     ),
+    "a price $5 is no reference, ${1} and $1 to an earlier step are": C(
+        [{"tool": "sites"},
+         {"tool": "search", "args": {"query": "$5", "limit": "$1", "x": "${1}"}}],
+        (S(1, "sites"), S(2, "search", {"query": "$5", "limit": "<step_1>", "x": "<step_1>"},
+                          deps=(1,))),
+        "JSON_DOLLAR_TEXT JSON_REF_FORM",
+    ),
+    "a task naming another tool beside an explicit tool is the task": C(
+        {"steps": [{"id": 1, "task": "read", "tool": "search", "args": {"query": "x"}}]},
+        (S(1, "search", {"query": "x"}, task="read"),), absent="JSON_TOOL_CONFLICT JSON_TOOL_KEY",
+        catalog=True,
+    ),
     "0-based ids with step_N references": C(
         [{"id": 0, "tool": "sites"},
          {"id": 1, "tool": "assets", "depends_on": [0], "args": {"site_name": "<step_0[0]>"}}],
@@ -277,7 +289,7 @@ CASES: dict[str, Case] = {
         "JSON_IDS_RENUMBERED JSON_REF_FORM", absent="DEPENDENCY_UNREADABLE",
     ),
     "no dependency written as -1, null and none": C(
-        [{"id": 1, "tool": "sites", "depends_on": -1},
+        [{"id": 1, "tool": "sites", "depends_on": ["-1"]},
          {"id": 2, "tool": "sites", "depends_on": None},
          {"id": 3, "tool": "sites", "depends_on": ["none"]}],
         (S(1, "sites"), S(2, "sites"), S(3, "sites")), absent="DEPENDENCY_UNREADABLE",
