@@ -836,12 +836,11 @@ def _build(item: Any, sid: int, pos: int, rd: _Reader, links: tuple[int, ...] | 
         rd.warn("JSON_STEP_UNREADABLE", f"the step at position {pos} is neither an object nor "
                 f"a sentence ({_shown(item)}); it is ignored", sid)
         return None
-    valid = True
-    for d in rd.dups:
-        if d.owner is inner or d.owner is item:
-            rd.warn("JSON_DUPLICATE_KEY", f"step {sid}: {d.message}; the step must not run "
-                    "as written", sid, Severity.ERROR)
-            valid = False
+    step_dups = rd.duplicates_in(item)
+    for d in step_dups:  # in the step's own keys, its arguments or any field it holds
+        rd.warn("JSON_DUPLICATE_KEY", f"step {sid}: {d.message}; the step must not run "
+                "as written", sid, Severity.ERROR)
+    valid = not step_dups
     if inner is item:
         has_id, _ = _explicit_id(item)
         if has_id:
@@ -882,12 +881,8 @@ def _build(item: Any, sid: int, pos: int, rd: _Reader, links: tuple[int, ...] | 
                     f"arguments: {', '.join(map(repr, flat))}", sid)
             has_args, args_v = True, flat
     got = _args(args_v, sid, rd, explicit, tool.tool, server) if has_args else _Args()
-    arg_dups = rd.duplicates_in(args_v) if has_args and not isinstance(args_v, str) else []
-    for d in arg_dups:
-        rd.warn("JSON_DUPLICATE_KEY", f"the args of step {sid}: {d.message}; the step must "
-                "not run as written", sid, Severity.ERROR)
-    if arg_dups:
-        got = _Args(valid=False, text=got.text)
+    if has_args and not isinstance(args_v, str) and rd.duplicates_in(args_v):
+        got = _Args(valid=False, text=got.text)  # reported above: no value is chosen
     valid = valid and got.valid and not tool.error
     rd.unknown(f"step {sid}", {**extras, **{k: v for k, v in inner.items() if k not in used}}, sid)
     if not tool.present and server is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from planexec.errors import ErrorKind
+from planexec.errors import ErrorKind, PlanParseError
 from planexec.parsing import parse_plan, repair_json
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.plan import Plan, Ref, Severity, Step
@@ -120,3 +120,18 @@ async def test_resolver_refuses_a_fallback_reply_with_a_duplicate_key() -> None:
     assert out.kind is ErrorKind.RESOLUTION_FAILED
     assert model.calls == 2
     assert "asset_id" in out.message and '"CH-7"' in out.message and '"CH-6"' in out.message
+
+
+def test_json_dialect_duplicate_key_in_any_field_of_a_step_is_reported() -> None:
+    plan = parse_plan(
+        '[{"id": 1, "tool": "t", "args": {}, "meta": {"who": "a", "who": "b"}}]', "json"
+    )
+    (step,) = plan.steps
+    assert step.args_valid is False
+    assert _names_both(_errors(plan, 1), '"a"', '"b"')
+
+
+def test_json_dialect_duplicate_key_outside_any_step_means_no_plan() -> None:
+    with pytest.raises(PlanParseError) as info:
+        parse_plan('{"steps": [{"tool": "read"}], "steps": [{"tool": "wipe"}]}', "json")
+    assert "read" in str(info.value) and "wipe" in str(info.value)
