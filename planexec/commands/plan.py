@@ -109,10 +109,12 @@ def _load(args: argparse.Namespace, catalog: CatalogLike | None = None) -> Plan:
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
-    from planexec.tools import ToolCatalog, load_tools
-
     try:
-        catalog = ToolCatalog(load_tools(args.tools)) if args.tools else None
+        catalog: CatalogLike | None = None
+        if args.tools:  # only then: parsing alone loads neither langchain nor langsmith
+            from planexec.tools import ToolCatalog, load_tools
+
+            catalog = ToolCatalog(load_tools(args.tools))
         plan = _load(args, catalog)
     except PlanexecError as exc:
         return _fail_load(args, exc)

@@ -112,9 +112,6 @@ _NOT_TOOL_KEYS = frozenset(
     + tuple(k for k in _TASK_KEYS if k not in ("task", "Task"))
 )
 """Keys never read as the tool, even when their value names a catalog tool."""
-_STEP_KEYS = frozenset(
-    _ID_KEYS + _TASK_KEYS + TOOL_KEYS + ARGS_KEYS + DEPS_KEYS + _EXPECTED_KEYS + _SERVER_KEYS
-)
 _LIST_KEYS = ("steps", "plan", "tool_calls", "calls", "function_calls")
 _CALL_SHAPES = frozenset(("call_list", "tool_calls", "calls", "function_calls", "call",
                           "anthropic", "gemini", "responses"))
