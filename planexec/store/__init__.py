@@ -19,6 +19,7 @@ from pathlib import Path
 from planexec.store.base import (
     LEASE_TTL,
     ApprovalRecord,
+    CancelRequest,
     Lease,
     RecordedPlan,
     RecordedStep,
@@ -38,6 +39,7 @@ __all__ = [
     "MEMORY",
     "SCHEMA_VERSION",
     "ApprovalRecord",
+    "CancelRequest",
     "Lease",
     "MemoryRunStore",
     "PostgresRunStore",

@@ -57,6 +57,7 @@ from planexec.store.base import (
     MY_START,
     RUN_FIELDS,
     ApprovalRecord,
+    CancelRequest,
     Lease,
     RecordedPlan,
     RecordedStep,
@@ -1017,6 +1018,20 @@ class PostgresRunStore:
                 )
                 for v, ts, text, reason, p, error, drafts in rows
             ]
+
+        return self._read(read)
+
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request (committed, by any host), if any."""
+
+        def read(conn: psycopg.Connection[Any]) -> CancelRequest | None:
+            self._require(conn, run_id)
+            row = conn.execute(
+                "SELECT data FROM events WHERE run_id = %s AND type = 'RunCancelRequested' "
+                "ORDER BY seq DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            return None if row is None else CancelRequest.from_event(json.loads(row[0]))
 
         return self._read(read)
 
