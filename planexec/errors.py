@@ -17,6 +17,7 @@ Exception tree::
     ├── CircuitOpenError        a circuit breaker is open: the call failed fast
     ├── RunError                a run could not be started, resumed or found
     │   ├── RunNotFoundError
+    │   ├── RunCancelledError   the run was cancelled: it does not resume
     │   ├── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
     │   │   └── AlreadyDecidedError   another decider was first (who, when, what)
     │   ├── LeaseHeldError      another live driver holds the run's lease (which one)
@@ -51,6 +52,7 @@ __all__ = [
     "PlanParseError",
     "PlanexecError",
     "RunError",
+    "RunCancelledError",
     "RunNotFoundError",
     "StoreError",
     "ToolLoadError",
@@ -165,6 +167,15 @@ class RunError(PlanexecError):
 
 class RunNotFoundError(RunError):
     """No run with that id is in the store."""
+
+
+class RunCancelledError(RunError):
+    """The run was cancelled (`planexec.cancelling.cancel_run`): it does not resume."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        """The run."""
 
 
 class ApprovalError(RunError):

@@ -18,6 +18,7 @@ from pathlib import Path
 from planexec.store.base import (
     LEASE_TTL,
     ApprovalRecord,
+    CancelRequest,
     Lease,
     RecordedPlan,
     RecordedStep,
@@ -36,6 +37,7 @@ __all__ = [
     "MEMORY",
     "SCHEMA_VERSION",
     "ApprovalRecord",
+    "CancelRequest",
     "Lease",
     "MemoryRunStore",
     "RecordedPlan",

@@ -44,6 +44,7 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "StartedCall",
+    "CancelRequest",
     "check_claim",
     "check_decidable",
     "decided",
@@ -66,7 +67,8 @@ EXPORT_FORMAT = "planexec.run/1"
 
 CHECKPOINT_EVENTS = frozenset(
     {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "StepDiscarded",
-     "RecoveryDecided", "RunFinished", "ApprovalRequested", "ApprovalDecided"}
+     "RecoveryDecided", "RunFinished", "ApprovalRequested", "ApprovalDecided",
+     "RunCancelRequested"}
 )
 """Event types that may be committed before `RunStore.handle` returns (see `is_checkpoint`).
 
@@ -232,6 +234,35 @@ class RecordedStep:
 
 
 @dataclass(frozen=True)
+class CancelRequest:
+    """A request to stop a run, as recorded from its ``RunCancelRequested`` event."""
+
+    run_id: str
+    """The run."""
+    reason: str
+    """Why, in the words of who asked."""
+    by: str | None
+    """Who asked."""
+    requested_at: float
+    """When (seconds since the epoch)."""
+
+    @classmethod
+    def from_event(cls, data: Mapping[str, Any]) -> CancelRequest:
+        """Rebuild the request from its recorded event (JSON data)."""
+        by = data.get("by")
+        return cls(
+            run_id=str(data["run_id"]),
+            reason=str(data.get("reason") or ""),
+            by=None if by is None else str(by),
+            requested_at=float(data.get("ts") or 0.0),
+        )
+
+    def describe(self) -> str:
+        """``cancelled by dana: wrong account`` (who and why, for messages)."""
+        return f"cancelled by {self.by or 'someone'}: {self.reason or 'no reason given'}"
+
+
+@dataclass(frozen=True)
 class StartedCall:
     """A ``ToolCallStarted`` with no ``StepFinished`` after it for the same step."""
 
@@ -297,6 +328,13 @@ class RunStore(Protocol):
 
     def started_calls_without_result(self, run_id: str) -> list[StartedCall]:
         """Return the steps whose tool call started and whose result was never recorded."""
+        ...
+
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request (its ``RunCancelRequested``), if any.
+
+        Cheap enough to ask twice a second while the run executes (the driver's watch).
+        """
         ...
 
     def export(self, run_id: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from planexec.store.base import (
     MY_START,
     RUN_FIELDS,
     ApprovalRecord,
+    CancelRequest,
     Lease,
     RecordedPlan,
     RecordedStep,
@@ -215,6 +216,13 @@ class MemoryRunStore:
     def started_calls_without_result(self, run_id: str) -> list[StartedCall]:
         """Return the steps whose tool call started and whose result was never recorded."""
         return unmatched_calls(self.events(run_id))
+
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request, if any."""
+        with self._lock:
+            events = self._state(run_id).events
+            found = next((e for e in reversed(events) if e["type"] == "RunCancelRequested"), None)
+        return None if found is None else CancelRequest.from_event(found)
 
     def export(self, run_id: str) -> dict[str, Any]:
         """Return everything recorded about a run as one JSON document."""

@@ -64,6 +64,7 @@ from planexec.store.base import (
     MY_START,
     RUN_FIELDS,
     ApprovalRecord,
+    CancelRequest,
     Lease,
     RecordedPlan,
     RecordedStep,
@@ -237,7 +238,9 @@ RESULT_DELAY = 0.25
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
 
-FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished", "ApprovalDecided"})
+FLUSHED_EVENTS = frozenset(
+    {"ToolCallStarted", "RunFinished", "ApprovalDecided", "RunCancelRequested"}
+)
 """Events whose commit is flushed to disk in the ``"calls"`` durability mode.
 
 Losing the ``ToolCallStarted`` of an unsafe tool to an OS crash would let resume call it
@@ -1500,6 +1503,20 @@ class SQLiteRunStore:
                 )
                 for v, ts, text, reason, p, error, drafts in rows
             ]
+
+        return self._read(read)
+
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request (committed), if any."""
+
+        def read(conn: sqlite3.Connection) -> CancelRequest | None:
+            self._require(conn, run_id)
+            row = conn.execute(
+                "SELECT data FROM events WHERE run_id = ? AND type = 'RunCancelRequested' "
+                "ORDER BY seq DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            return None if row is None else CancelRequest.from_event(json.loads(row[0]))
 
         return self._read(read)
 
