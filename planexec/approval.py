@@ -650,10 +650,20 @@ def open_requests(store: RunStore, run_id: str) -> list[ApprovalRequest]:
         key = (rec.plan_version, rec.step_id)
         if key not in latest or rec.request_no > latest[key].request_no:
             latest[key] = rec
-    return [
-        ApprovalRequest(run_id=run_id, plan_version=r.plan_version, step_id=r.step_id,
-                        tool=r.tool, server=r.server, args=dict(r.args), reason=r.reason,
-                        requested_at=r.opened_at)
-        for key, r in sorted(latest.items())
-        if r.state is RequestState.OPEN
-    ]
+    opened = [r for _, r in sorted(latest.items()) if r.state is RequestState.OPEN]
+    asked: dict[tuple[int, int], ApprovalRequest] = {}  # the events: how each arg resolved
+    if opened:
+        for ev in store.events(run_id):
+            if ev.get("type") == "ApprovalRequested":
+                req = ApprovalRequest.from_event(ev)
+                asked[(req.plan_version, req.step_id)] = req
+    out = []
+    for r in opened:
+        event = asked.get((r.plan_version, r.step_id))
+        same = event is not None and event.tool == r.tool and args_digest(event.args) == r.digest
+        out.append(ApprovalRequest(
+            run_id=run_id, plan_version=r.plan_version, step_id=r.step_id, tool=r.tool,
+            server=r.server, args=dict(r.args), reason=r.reason, requested_at=r.opened_at,
+            resolution=dict(event.resolution) if same and event is not None else {},
+        ))
+    return out

@@ -68,7 +68,13 @@ from planexec.approval import (
     open_requests,
 )
 from planexec.cancelling import cancel_watch
-from planexec.errors import ApprovalError, ErrorKind, LeaseHeldError, RunCancelledError, RunError
+from planexec.errors import (
+    ApprovalError,
+    ErrorKind,
+    LeaseHeldError,
+    RunCancelledError,
+    RunError,
+)
 from planexec.events import (
     Event,
     EventBus,
