@@ -91,7 +91,13 @@ from planexec.events import (
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Plan, Ref, Step, Template, to_jsonable
-from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy, retry_async
+from planexec.resilience import (
+    BreakerRegistry,
+    CircuitBreaker,
+    RetryPolicy,
+    classify_tool_failure,
+    retry_async,
+)
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs
 from planexec.results import (
     ResolutionMethod,
@@ -1820,13 +1826,16 @@ class Executor:
                 ErrorKind.TOOL_TIMEOUT,
                 f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
                 f"(args {_short(args)}); {exc}",
+                retry=classify_tool_failure(exc, spec.tool).retry,
             ) from exc
-        except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
+        except Exception as exc:  # noqa: BLE001 - any tool failure is a typed result
             breaker.record_failure()
+            failure = classify_tool_failure(exc, spec.tool)  # kind and retry, by class
             raise _AttemptFailed(
-                ErrorKind.TOOL_ERROR,
+                failure.kind,
                 f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
                 f"{_cut(str(exc), 500)} (args {_short(args)})",
+                retry=failure.retry,
                 cause=f"{type(exc).__name__}: {_cut(str(exc), 500)}",
             ) from exc
         breaker.record_success()

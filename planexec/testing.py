@@ -54,6 +54,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 
 from planexec._models import ModelCall
+from planexec.errors import RetryableToolError
+from planexec.resilience import RetryOn
 
 __all__ = [
     "FakeClock",
@@ -578,6 +580,7 @@ def fake_tool(
     latency: float = 0.0,
     function: Callable[..., Any] | None = None,
     hints: dict[str, bool] | None = None,
+    retry_on: RetryOn | None = None,
 ) -> BaseTool:
     """Build a langchain-core tool with canned behaviour that records its calls.
 
@@ -587,13 +590,18 @@ def fake_tool(
         description: Its description (a default one otherwise).
         args: Its arguments: ``{"name": type}`` or ``{"name": (type, default)}`` or a
             pydantic model. Without it, the tool takes no arguments.
-        error: Raise this (a message becomes a `RuntimeError`) on every call, or on the
-            first ``fail_times`` calls when ``fail_times`` > 0.
+        error: Raise this on every call, or on the first ``fail_times`` calls when
+            ``fail_times`` > 0. A message becomes a `planexec.errors.RetryableToolError`
+            (a transient failure, which the executor retries for a safe tool); an
+            exception is raised as it is, and retried only if its class says a retry
+            can help (`planexec.resilience.default_tool_retry_on`).
         fail_times: With ``error``, fail only this many times, then succeed (flaky tool).
         latency: Seconds to sleep (asynchronously) before answering.
         function: Compute the output from the keyword arguments instead.
         hints: Safety hints stored in ``tool.metadata["planexec"]``, e.g.
             ``{"read_only": True}``.
+        retry_on: Which of its failures a retry may fix (exception classes or a
+            predicate), stored as ``tool.metadata["planexec"]["retry_on"]``.
 
     The calls are recorded in ``tool.metadata["calls"]`` (a `ToolCallLog`).
     """
@@ -612,7 +620,7 @@ def fake_tool(
         if latency:
             await asyncio.sleep(latency)
         if error is not None and (fail_times == 0 or log.count <= fail_times):
-            raise error if isinstance(error, BaseException) else RuntimeError(error)
+            raise error if isinstance(error, BaseException) else RetryableToolError(error)
         if function is not None:
             result = function(**kwargs)
             if asyncio.iscoroutine(result):
@@ -630,5 +638,8 @@ def fake_tool(
         description=description or f"Fake tool {name}.",
         args_schema=schema,
     )
-    tool.metadata = {"calls": log, "planexec": dict(hints or {})}
+    meta: dict[str, Any] = dict(hints or {})
+    if retry_on is not None:
+        meta["retry_on"] = retry_on
+    tool.metadata = {"calls": log, "planexec": meta}
     return tool

@@ -13,8 +13,15 @@ ONE session per server (stdio subprocess or streamable HTTP) for its whole lifet
 each server's tools and turns them into `StructuredTool` objects:
 
 - the input schema becomes a pydantic model (so `ToolCatalog.validate`, required
-  arguments and coercion work unchanged); unknown arguments are rejected unless the
-  schema allows additional properties, so nothing is dropped silently;
+  arguments and coercion work unchanged) that keeps the schema WHOLE: arguments are
+  checked against all of it with `jsonschema` before any call (``minimum``, ``pattern``,
+  ``enum``, ``$ref``, formats...; `planexec.schemas`), a violation is ``ARGS_INVALID``
+  naming the argument and the rule, and the schema shown to the planner is the
+  server's; unknown arguments are rejected unless the schema allows additional
+  properties, so nothing is dropped silently;
+- a server's ``-32602`` (invalid params) raises `MCPArgumentsError`: ``ARGS_INVALID``,
+  never retried; a tool that requires task-augmented execution, or whose schema is
+  not valid JSON Schema, is not offered (`MCPToolset.skipped` says why);
 - ``readOnlyHint`` / ``destructiveHint`` / ``idempotentHint`` become
   ``tool.metadata["planexec"]`` safety hints, with the server's name under ``"server"``
   (plans name servers with ``#ServerN`` or ``server.tool``);
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import keyword
 import os
@@ -58,7 +66,8 @@ from pydantic import (
 )
 
 from planexec._log import logger
-from planexec.errors import ConfigError, ToolLoadError, require_extra
+from planexec.errors import ConfigError, ToolArgumentsError, ToolLoadError, require_extra
+from planexec.schemas import InvalidSchemaError, SchemaArgs, schema_validator
 
 require_extra("mcp", "mcp")
 
@@ -69,9 +78,11 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 
 __all__ = [
     "HTTPServerConfig",
+    "MCPArgumentsError",
     "MCPConfig",
     "MCPServerSession",
     "MCPSessionPool",
+    "MCPTool",
     "MCPToolset",
     "ServerConfig",
     "StdioServerConfig",
@@ -294,12 +305,18 @@ def _py_type(schema: Any, defs: Mapping[str, Any], depth: int = 0) -> Any:
 
 
 def schema_to_model(name: str, schema: Mapping[str, Any] | None) -> type[BaseModel]:
-    """Build a pydantic model from a tool's JSON input schema.
+    """Build a pydantic model from a tool's JSON input schema, keeping the schema whole.
 
     Required properties are required fields; optional ones keep their default (or
     None, and are then not sent unless given). Names that are not Python identifiers
     (or clash with pydantic) become aliased fields. Extra arguments are forbidden unless
-    the schema sets ``additionalProperties``.
+    the schema sets ``additionalProperties``. The model is a `planexec.schemas.SchemaArgs`:
+    validation also checks the arguments against the whole schema with `jsonschema`
+    (``minimum``, ``pattern``, ``enum``, ``$ref``, formats...), and its
+    ``model_json_schema()`` is the schema as given.
+
+    Raises:
+        InvalidSchemaError: the schema is not a valid JSON Schema.
     """
     schema = dict(schema or {})
     defs: dict[str, Any] = {**schema.get("definitions", {}), **schema.get("$defs", {})}
@@ -336,11 +353,23 @@ def schema_to_model(name: str, schema: Mapping[str, Any] | None) -> type[BaseMod
         "allow" if schema.get("additionalProperties") not in (None, False) else "forbid"
     )
     model_name = re.sub(r"\W", "_", name) or "tool"
-    config = ConfigDict(extra=extra, populate_by_name=True, protected_namespaces=())
+    validator = schema_validator(schema)  # raises InvalidSchemaError before any model
+    base = type(
+        f"{model_name}_schema",
+        (SchemaArgs,),
+        {
+            "model_config": ConfigDict(
+                extra=extra, populate_by_name=True, protected_namespaces=()
+            ),
+            "__json_schema__": copy.deepcopy(schema),
+            "__schema_validator__": validator,
+            "__module__": __name__,
+        },
+    )
     with warnings.catch_warnings():
         # A property named like a BaseModel method ("json", "schema") shadows it: fine here.
         warnings.simplefilter("ignore")
-        model: type[BaseModel] = create_model(f"{model_name}_args", __config__=config, **fields)
+        model: type[BaseModel] = create_model(f"{model_name}_args", __base__=base, **fields)
     return model
 
 
@@ -636,6 +665,11 @@ class MCPServerSession:
                 raise TimeoutError(
                     f"MCP server {self.name!r}: tool {tool!r} did not answer within {limit:g}s"
                 ) from exc
+            if exc.code == mcp_types.INVALID_PARAMS:
+                raise MCPArgumentsError(
+                    f"MCP server {self.name!r} refused the arguments of {tool!r} "
+                    f"(invalid params, {exc.code}): {exc.message}"
+                ) from exc
             raise ToolException(
                 f"MCP server {self.name!r}: call to {tool!r} failed: {exc.message}"
             ) from exc
@@ -684,6 +718,14 @@ class MCPServerSession:
                 )
         if self._stderr is not None and not self._stderr.closed:
             self._stderr.close()
+
+
+class MCPArgumentsError(ToolArgumentsError, ToolException):
+    """An MCP server refused a call's arguments (JSON-RPC ``-32602``, invalid params).
+
+    A `ToolArgumentsError` (the step fails ``ARGS_INVALID``, the call is not retried)
+    and a langchain `ToolException`.
+    """
 
 
 def _leaf(exc: BaseException) -> str:
@@ -744,11 +786,41 @@ def _hints(tool: mcp_types.Tool, server: str) -> dict[str, Any]:
     }
 
 
+def _unusable(tool: mcp_types.Tool) -> str | None:
+    """Why planexec cannot call a listed tool directly, or None."""
+    execution = tool.execution
+    if execution is not None and execution.task_support == "required":
+        return (
+            "it requires task-augmented execution (execution.taskSupport 'required'), "
+            "which planexec's client does not do"
+        )
+    return None
+
+
+class MCPTool(StructuredTool):
+    """A tool of an MCP server: a `StructuredTool` whose schema is the server's, whole.
+
+    ``tool_call_schema`` is the args schema itself (an MCP tool has no injected
+    arguments), so what langchain shows a model (``bind_tools``) is the server's input
+    schema, not a copy rebuilt from the pydantic fields. Only the async path runs
+    (``ainvoke``); ``invoke`` is refused, as for langchain-mcp-adapters' tools.
+    """
+
+    @property
+    def tool_call_schema(self) -> Any:
+        """The args schema (its JSON Schema is the server's input schema)."""
+        return self.args_schema
+
+
 def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> BaseTool:
     """Wrap one MCP tool of a session as a langchain `StructuredTool`.
 
     The tool's ``metadata`` holds ``planexec`` (safety hints and ``server``) and ``mcp``
-    (server, tool name, transport, output schema, annotations).
+    (server, tool name, transport, output schema, annotations). Its args schema keeps
+    the server's input schema whole (`schema_to_model`).
+
+    Raises:
+        InvalidSchemaError: the tool's input schema is not a valid JSON Schema.
     """
     model = schema_to_model(f"{session.name}_{tool.name}", tool.input_schema)
     name = tool.name
@@ -761,12 +833,11 @@ def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> Ba
         )
 
     description = (tool.description or tool.title or f"MCP tool {tool.name}").strip()
-    lc_tool = StructuredTool.from_function(
-        coroutine=_call,
+    lc_tool = MCPTool(
         name=tool.name,
         description=description,
         args_schema=model,
-        infer_schema=False,
+        coroutine=_call,
     )
     lc_tool.metadata = {
         "planexec": _hints(tool, session.name),
@@ -860,6 +931,11 @@ class MCPToolset:
         """One session per server, by name."""
         self.failures: dict[str, str] = {}
         """Servers that failed to start (non-strict mode), with the reason."""
+        self.skipped: dict[str, str] = {}
+        """Tools a server listed that planexec does not offer, by ``server.tool``, with
+        why: a tool that requires task-augmented execution (``execution.taskSupport``
+        ``required``; planexec calls tools directly), or whose input schema is not a
+        valid JSON Schema (its arguments could not be checked)."""
         self._tools: dict[str, list[BaseTool]] = {}
         self._entered = False
 
@@ -888,11 +964,28 @@ class MCPToolset:
                     )
                     del self.sessions[session.name]
                 continue
-            self._tools[session.name] = [mcp_tool_to_langchain(session, t) for t in session.tools]
+            self._tools[session.name] = self._usable_tools(session)
         if errors and self.strict:
             await self.aclose()
             raise ToolLoadError("\n".join(errors))
         return self
+
+    def _usable_tools(self, session: MCPServerSession) -> list[BaseTool]:
+        """The server's tools planexec can call; the others go to `skipped`, with why."""
+        tools: list[BaseTool] = []
+        for tool in session.tools:
+            why = _unusable(tool)
+            if why is None:
+                try:
+                    tools.append(mcp_tool_to_langchain(session, tool))
+                    continue
+                except InvalidSchemaError as exc:
+                    why = f"its input schema cannot be checked: {exc}"
+            self.skipped[f"{session.name}.{tool.name}"] = why
+            logger.bind(run_id="-", step_id=None).warning(
+                "MCP server {!r}: tool {!r} is not offered: {}", session.name, tool.name, why
+            )
+        return tools
 
     async def __aexit__(
         self,
