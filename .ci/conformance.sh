@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
 RUNNER="@modelcontextprotocol/conformance@0.1.10"
-SCENARIOS=(server-initialize ping tools-list)
+SCENARIOS=(server-initialize ping tools-list server-sse-multiple-streams)
+# (resources-list and prompts-list do not apply: planexec serves no resources and no prompts
+#  and advertises none; the runner asks for them regardless and gets method-not-found.)
 
 PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 WORK="$(mktemp -d)"
