@@ -41,14 +41,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import inspect
 import json
 import keyword
 import os
 import re
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Annotated, Any, Literal, Union
@@ -80,6 +83,7 @@ __all__ = [
     "HTTPServerConfig",
     "MCPArgumentsError",
     "MCPConfig",
+    "MCPProgress",
     "MCPServerSession",
     "MCPSessionPool",
     "MCPTool",
@@ -448,6 +452,22 @@ def result_value(
 # --------------------------------------------------------------------------- sessions
 
 
+@dataclass(frozen=True)
+class MCPProgress:
+    """A progress notification of a tool call (see `MCPToolset` ``on_progress``)."""
+
+    server: str
+    """The server's name."""
+    tool: str
+    """The tool being called."""
+    progress: float
+    """How far it is (increases with each notification)."""
+    total: float | None
+    """The total, when the server knows it."""
+    message: str | None
+    """What the server says it is doing."""
+
+
 class MCPServerSession:
     """One persistent session with one MCP server, run in its own task.
 
@@ -461,13 +481,15 @@ class MCPServerSession:
         *,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        on_progress: Callable[[MCPProgress], Any] | None = None,
     ) -> None:
         self.name = name
         """The server's name in the configuration."""
         self.config = config
         """Its configuration."""
         self.call_timeout = config.timeout or call_timeout
-        """Seconds a tool call may take."""
+        """Seconds a tool call may go without a word from the server (its result or a
+        progress notification): an idle timeout."""
         self.startup_timeout = config.startup_timeout or startup_timeout
         """Seconds the server may take to start and list its tools."""
         self.tools: list[mcp_types.Tool] = []
@@ -476,6 +498,9 @@ class MCPServerSession:
         """Why the session ended or never started, once it has."""
         self.calls = 0
         """Tool calls made through this session."""
+        self.on_progress: Callable[[MCPProgress], Any] | None = on_progress
+        """Called (and awaited, if it returns an awaitable) with each progress
+        notification of a call of this session."""
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -537,10 +562,9 @@ class MCPServerSession:
                 cwd=self.config.cwd,
             )
             transport = stdio_client(params, errlog=self._stderr)
-            return Client(transport, read_timeout_seconds=self.call_timeout)
+            return Client(transport)  # calls are bounded by `call` (an idle timeout)
         return Client(
-            _http_transport(self.config.url, dict(self.config.headers), self._on_http_status),
-            read_timeout_seconds=self.call_timeout,
+            _http_transport(self.config.url, dict(self.config.headers), self._on_http_status)
         )
 
     def _on_http_status(self, status: int) -> None:
@@ -632,11 +656,37 @@ class MCPServerSession:
             )
         limit = timeout or self.call_timeout
         self.calls += 1
-        call = asyncio.create_task(client.call_tool(tool, arguments, read_timeout_seconds=limit))
-        try:
-            done, _ = await asyncio.wait(
-                {call, task}, timeout=limit + 1.0, return_when=asyncio.FIRST_COMPLETED
+        heard = [time.monotonic(), 0]  # when the server last said something, how often
+
+        async def heard_progress(
+            progress: float, total: float | None, message: str | None
+        ) -> None:
+            heard[0] = time.monotonic()
+            heard[1] += 1
+            note = MCPProgress(self.name, tool, progress, total, message)
+            logger.bind(run_id="-", step_id=None).debug("MCP progress: {}", note)
+            hook = self.on_progress
+            if hook is not None:
+                out = hook(note)
+                if inspect.isawaitable(out):
+                    await out
+
+        # A progress token on every call (the SDK sends one when given a callback); the
+        # limit is an idle timeout: each progress notification starts it again.
+        call = asyncio.create_task(
+            client.call_tool(
+                tool, arguments, read_timeout_seconds=None, progress_callback=heard_progress
             )
+        )
+        done: set[asyncio.Future[Any]] = set()
+        try:
+            while not done:
+                idle = heard[0] + limit - time.monotonic()
+                if idle <= 0:
+                    break
+                done, _ = await asyncio.wait(
+                    {call, task}, timeout=idle, return_when=asyncio.FIRST_COMPLETED
+                )
         except BaseException:
             call.cancel()
             raise
@@ -650,8 +700,9 @@ class MCPServerSession:
                         f"died during a call to {tool!r} ({self.error or 'connection closed'})"
                     )
                 )
+            quiet = f" after {heard[1]} progress notifications" if heard[1] else ""
             raise TimeoutError(
-                f"MCP server {self.name!r}: tool {tool!r} did not answer within {limit:g}s"
+                f"MCP server {self.name!r}: tool {tool!r} sent nothing for {limit:g}s{quiet}"
             )
         try:
             result = call.result()
@@ -893,14 +944,20 @@ class MCPToolset:
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         strict: bool = True,
+        on_progress: Callable[[MCPProgress], Any] | None = None,
     ) -> None:
         """Prepare sessions; nothing starts until the toolset is entered.
 
         Args:
             config: The MCP configuration (path, data or `MCPConfig`).
             servers: Only these servers (all by default).
-            call_timeout: Seconds a tool call may take, unless a server's config says.
+            call_timeout: Seconds a tool call may go without a word from its server
+                (its result or a progress notification), unless the server's config
+                says otherwise.
             startup_timeout: Seconds a server may take to start and list its tools.
+            on_progress: Called (awaited if it returns an awaitable) with each
+                `MCPProgress` a server sends during a call. Every call carries a progress
+                token, and each notification also restarts the call's idle timeout.
             strict: Raise `ToolLoadError` when a server fails to start (the default);
                 when False, skip it with a warning, record it in ``failures`` and give
                 a marker for it in ``markers`` (a `ToolCatalog` built with the markers
@@ -925,6 +982,7 @@ class MCPToolset:
                 self.config.servers[n],
                 call_timeout=call_timeout,
                 startup_timeout=startup_timeout,
+                on_progress=on_progress,
             )
             for n in names
         }
