@@ -206,8 +206,11 @@ def run_command(args: argparse.Namespace) -> int:
             )
             return plan, results
 
+    cancelled = None
     try:
         plan, results = run_interruptible(execute())
+        if store is not None:
+            cancelled = store.cancel_request(run_id)
     finally:
         if store is not None:
             store.close()
@@ -232,6 +235,9 @@ def run_command(args: argparse.Namespace) -> int:
         waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
         if waiting:
             print(waiting_message(args, run_id, waiting), file=sys.stderr)
+        if cancelled is not None:  # from outside: `planexec runs cancel`, MCP cancel_run
+            print(f"planexec: run {run_id} was {cancelled.describe()}", file=sys.stderr)
+            return 130
     return _exit_code(results, plan)
 
 

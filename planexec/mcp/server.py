@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLANEXEC_TOOLS",
     "AskResult",
+    "CancelResult",
     "DiagnosticOut",
     "DecisionResult",
     "ExecutePlanResult",
@@ -85,9 +86,11 @@ __all__ = [
     "ValidatePlanResult",
     "allowed_hosts_for",
     "bearer_auth",
+    "bind_socket",
     "build_server",
     "check_arguments",
     "expose_tool",
+    "host_header",
     "is_loopback",
     "serve",
     "tools_only",
@@ -102,6 +105,7 @@ PLANEXEC_TOOLS = (
     "get_run",
     "approve_step",
     "reject_step",
+    "cancel_run",
     "resume_run",
 )
 """The names of the tools planexec itself exposes."""
@@ -166,6 +170,9 @@ EditedArgs = Annotated[
 ]
 """The ``args`` input of ``approve_step``."""
 DecidedBy = Annotated[str, Field(description="Who decides (recorded with the decision).")]
+CancelReason = Annotated[
+    str, Field(min_length=1, description="Why the run is cancelled (recorded and shown).")
+]
 """The ``by`` input of ``approve_step`` and ``reject_step``."""
 Reason = Annotated[str, Field(min_length=1, description="Why the step is rejected (the "
                               "planner is told).")]
@@ -323,6 +330,20 @@ class DecisionResult(BaseModel):
     pending_approval: list[PendingApprovalOut] = Field(
         default_factory=list, description="Steps of the run still waiting for a decision."
     )
+
+
+
+class CancelResult(BaseModel):
+    """What ``cancel_run`` did."""
+
+    run_id: str
+    stopped: bool = Field(
+        description="True: nobody executed the run and it is CANCELLED now; false: the "
+        "process executing it stops it within a second or so."
+    )
+    by: str | None = Field(description="Who asked.")
+    reason: str = Field(description="Why.")
+    withdrawn_steps: list[int] = Field(description="Steps whose approval requests were withdrawn.")
 
 
 class GetRunResult(BaseModel):
@@ -1148,6 +1169,37 @@ def build_server(
 
     @register(
         description=(
+            "Cancel a run (one get_run may read): the request is recorded with who and why; "
+            "a run executing in any process that shares this server's store stops within a "
+            "second or so (running steps cancelled, nothing new started), and a run nobody "
+            "executes (waiting for approval, interrupted) is CANCELLED at once. A cancelled "
+            "run does not resume."
+        ),
+        annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    async def cancel_run(
+        run_id: RunId, reason: CancelReason = "cancelled by an MCP client",
+        by: DecidedBy = "mcp client",
+    ) -> Annotated[mcp_types.CallToolResult, CancelResult]:
+        from planexec.cancelling import cancel_run as cancel
+        from planexec.errors import RunError, RunNotFoundError
+
+        visible(run_id, "cancel_run")
+        try:
+            outcome = await cancel(store, run_id, reason=reason, by=by)
+        except RunNotFoundError as exc:
+            raise ToolError(f"no run with id {run_id!r} in the store") from exc
+        except RunError as exc:
+            raise ToolError(str(exc)) from exc
+        return _model_result(
+            CancelResult(
+                run_id=run_id, stopped=outcome.stopped, by=outcome.request.by,
+                reason=outcome.request.reason, withdrawn_steps=list(outcome.withdrawn),
+            )
+        )
+
+    @register(
+        description=(
             "Continue a run paused WAITING_APPROVAL (or interrupted) after its decisions: "
             "finished steps are not run again, approved steps are called with the approved "
             "arguments, rejected ones fail REJECTED (re-planned with a model). Returns the "
@@ -1375,7 +1427,7 @@ def _is_wildcard(host: str) -> bool:
         return False
 
 
-def _host_header(host: str) -> str:
+def host_header(host: str) -> str:
     """The bind address as it appears in a Host header (IPv6 in brackets)."""
     bare = host.strip("[]")
     try:
@@ -1412,7 +1464,7 @@ def allowed_hosts_for(
         extra_hosts: More ``Host`` values to accept (a reverse proxy's name ...).
         extra_origins: More ``Origin`` values to accept (``https://app.example``).
     """
-    names = [_host_header(host)]
+    names = [host_header(host)]
     if is_loopback(host) or _is_wildcard(host):
         names += ["localhost", "127.0.0.1", "[::1]"]
     if _is_wildcard(host):
@@ -1429,7 +1481,7 @@ def allowed_hosts_for(
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
     """A listening-ready TCP socket bound to host:port (port 0: any free port).
 
     Raises:
@@ -1499,7 +1551,7 @@ async def serve(
             return
         import uvicorn
 
-        sock = _bind(host, port)
+        sock = bind_socket(host, port)
         bound = int(sock.getsockname()[1])
         security = allowed_hosts_for(
             host, bound, extra_hosts=allowed_hosts, extra_origins=allowed_origins
@@ -1509,7 +1561,7 @@ async def serve(
             app = bearer_auth(app, token)
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         userver = uvicorn.Server(config)
-        endpoint = f"http://{_host_header(host)}:{bound}/mcp"
+        endpoint = f"http://{host_header(host)}:{bound}/mcp"
 
         async def announce() -> None:
             for _ in range(600):  # bounded: 30 s
