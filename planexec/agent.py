@@ -366,14 +366,18 @@ class PlanExecuteAgent:
         self._check_expected(output_type, expected)
 
         text = plan if isinstance(plan, str) else plan.source
+        catalog = self._catalog_for(output_type or self.output_type)
         parsed = (
             parse_plan(
-                plan, self.config.planner.dialect, draft_policy=self.config.planner.draft_policy
+                plan,
+                self.config.planner.dialect,
+                draft_policy=self.config.planner.draft_policy,
+                catalog=catalog,
             )
             if isinstance(plan, str)
             else plan
         )
-        parsed = check_plan(parsed, self._catalog_for(output_type or self.output_type))
+        parsed = check_plan(parsed, catalog)
         ctx = await self._start(question, run_id, output_type, event_handlers, config=config)
         ctx.expected = expected
         ctx.allow_replan = False  # a given plan is run as given: REPLAN stops

@@ -195,7 +195,8 @@ def run_command(args: argparse.Namespace) -> int:
     async def execute() -> tuple[Plan, list[StepResult]]:
         async with open_tools(args) as tools:
             catalog = ToolCatalog(tools)
-            plan = check_plan(parsed, catalog)
+            # read again with the tools: a JSON plan's tool is the field naming one of them
+            plan = check_plan(parse_plan(text, args.dialect, catalog=catalog), catalog)
             # the same client (timeout, retries, breaker), limits and runner as the library
             runtime = Runtime(model, catalog, config)
             # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)

@@ -520,13 +520,13 @@ def _check_size(text: str, max_chars: int) -> None:
         )
 
 
-def _parse(text: str, dialect: str) -> Plan:
+def _parse(text: str, dialect: str, catalog: ToolCatalog | None = None) -> Plan:
     from planexec.parsing import parse_plan
 
     if not text.strip():
         raise ToolError("the plan text is empty")
     try:
-        return parse_plan(text, dialect)
+        return parse_plan(text, dialect, catalog=catalog)
     except PlanexecError as exc:
         diags = getattr(exc, "diagnostics", ())
         extra = "".join(f"\n  - {d}" for d in list(diags)[:10])
@@ -900,7 +900,7 @@ def build_server(
         _check_size(text, max_plan_chars)
 
         def work() -> Plan:
-            plan = _parse(text, dialect)
+            plan = _parse(text, dialect, catalog if check else None)
             return check_plan(plan, catalog) if check else plan
 
         return await anyio.to_thread.run_sync(work)
