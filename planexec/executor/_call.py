@@ -54,7 +54,7 @@ from planexec.executor._state import (
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Ref, Step, Template
-from planexec.resilience import RetryPolicy, retry_async
+from planexec.resilience import RetryPolicy, classify_tool_failure, retry_async
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
 from planexec.tools import (
     ToolOutputError,
@@ -449,13 +449,16 @@ async def attempt(
             ErrorKind.TOOL_TIMEOUT,
             f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
             f"(args {short(args)}); {exc}",
+            retry=classify_tool_failure(exc, spec.tool).retry,
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
+    except Exception as exc:  # noqa: BLE001 - any tool failure is a typed result
         breaker.record_failure()
+        failure = classify_tool_failure(exc, spec.tool)  # kind and retry, by class
         raise AttemptFailed(
-            ErrorKind.TOOL_ERROR,
+            failure.kind,
             f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
             f"{cut(str(exc), 500)} (args {short(args)})",
+            retry=failure.retry,
             cause=f"{type(exc).__name__}: {cut(str(exc), 500)}",
         ) from exc
     breaker.record_success()
