@@ -227,9 +227,7 @@ class BlockOutcome:
 
 def page_python(page: str) -> list[Block]:
     """A page's python blocks to run (those marked skip aside), in page order."""
-    return [
-        b for b in all_blocks() if b.page == page and b.lang == "python" and b.marker != "skip"
-    ]
+    return [b for b in all_blocks() if b.page == page and b.lang == "python" and b.marker != "skip"]
 
 
 def run_python_page(page: str, blocks: list[Block], workdir: Path) -> list[BlockOutcome]:
