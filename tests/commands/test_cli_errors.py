@@ -26,6 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 
 PLAN = str(example_path("plans/chiller_sensors.txt"))
 DEMO_TOOLS = "planexec.examples.tools:TOOLS"
+REPLIES = example_path("replies/hinted_ref.json")
 
 
 def run_main(argv: list[str]) -> int:
@@ -71,7 +72,7 @@ def broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     [
         ["run", PLAN, "--no-store"],
         ["validate", PLAN],
-        ["ask", "which sites?", "--model", f"replay:{example_path('replies/hinted_ref.json')}", "--no-store"],
+        ["ask", "which sites?", "--model", f"replay:{REPLIES}", "--no-store"],
         ["serve"],
     ],
     ids=lambda c: c[0],
