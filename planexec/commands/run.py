@@ -25,11 +25,13 @@ run (recorded ``CANCELLED``, exit 130); a second one exits at once. Bad options
 exit 2.
 
 ``--json`` prints valid JSON (NaN and infinities as ``"NaN"``, ``"Infinity"``) as
-``{"run_id", "steps": [StepResult.to_dict() ...], "usage",
-"diagnostics"}``: each step with its ``raw_output`` and its ``resolution`` (on a failed
-step, the methods of the arguments that did resolve); ``usage.llm_calls`` names every
-purpose a plan run has (``resolve``, ``reason``) with explicit zeros, and
-``usage.wall_time`` is the execution's duration in seconds.
+``{"run_id", "status", "ok", "error", "steps": [StepResult.to_dict() ...], "usage",
+"diagnostics"}``: ``status`` is the run's `RunStatus` value, the one the run store
+records and MCP's ``execute_plan`` reports (``ok``: it is ``SUCCEEDED``; ``error``: why
+not); each step with its ``raw_output`` and its ``resolution`` (on a failed step, the
+methods of the arguments that did resolve); ``usage`` is `Usage.to_dict`, as the
+library's (``llm_calls`` holds only the purposes called), and ``usage.wall_time`` is
+the execution's duration in seconds.
 """
 
 from __future__ import annotations
@@ -54,12 +56,12 @@ from planexec.commands.runs import (
 )
 from planexec.config import AgentConfig, load_config
 from planexec.errors import PlanParseError
-from planexec.events import EventBus
+from planexec.events import EventBus, RunFinished
 from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
 from planexec.planner import cut_off
-from planexec.results import StepResult, StepStatus, Usage, new_run_id
+from planexec.results import RunStatus, StepResult, StepStatus, Usage, new_run_id
 from planexec.runs import (
     TOOL_SOURCE_KEY,
     execute_recorded,
@@ -120,17 +122,6 @@ def _read_plan(path: str) -> str:
     return read_input(path, "plan file")
 
 
-RUN_PURPOSES = ("resolve", "reason")
-"""The model-call purposes a plan run can have; ``--json`` reports each, zeros included."""
-
-
-def _usage_dict(usage: Usage) -> dict[str, Any]:
-    """The usage as JSON data, with an explicit 0 for each of `RUN_PURPOSES` not used."""
-    data = usage.to_dict()
-    data["llm_calls"] = {**dict.fromkeys(RUN_PURPOSES, 0), **data["llm_calls"]}
-    return data
-
-
 WAITING_EXIT = 3
 """The exit code of a run paused ``WAITING_APPROVAL`` (neither a success nor a failure)."""
 
@@ -186,6 +177,13 @@ def run_command(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     if store is not None:
         store.attach(bus)
+    finished: list[RunFinished] = []  # the run's status, as the store and MCP report it
+
+    def on_finished(event: object) -> None:
+        if isinstance(event, RunFinished):
+            finished.append(event)
+
+    bus.subscribe(on_finished)
     # recorded so that `planexec runs resume` runs it again with the same settings and tools
     recorded = {
         **config.model_dump(mode="json"),
@@ -218,8 +216,11 @@ def run_command(args: argparse.Namespace) -> int:
             to_json(
                 {
                     "run_id": run_id,
+                    "status": finished[-1].status if finished else None,
+                    "ok": bool(finished) and finished[-1].status == str(RunStatus.SUCCEEDED),
+                    "error": finished[-1].error if finished else None,
                     "steps": [r.to_dict() for r in results],
-                    "usage": _usage_dict(usage),
+                    "usage": usage.to_dict(),
                     "diagnostics": [d.to_dict() for d in plan.diagnostics],
                 },
                 indent=2,

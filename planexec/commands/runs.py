@@ -1,7 +1,8 @@
 """``planexec runs``: the run history — list, show, resume, export, timeline.
 
 - ``planexec runs list [--status S] [--limit N]``: newest first; ``--status failed`` is
-  the dead-letter view, with each run's reason.
+  the dead-letter view, with each run's reason: the kind and message of one failure, its
+  first failed step (`first_failed_step`; ``--json``: ``first_failure``).
 - ``planexec runs show RUN_ID [--json]``: plans (with diagnostics), steps (status,
   resolution methods, the values the LLM fallback chose, attempts, errors, timings) and
   calls left without a result.
@@ -283,10 +284,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     try:
         records = store.list_runs(status=args.status, limit=args.limit)
+        reasons = {r.run_id: failure_reason(store, r) for r in records if r.error}
+        first = {r.run_id: first_failed_step(store, r) for r in records if r.error}
     finally:
         store.close()
     if args.json:
-        print(to_json([r.to_dict() for r in records], indent=2))
+        out = []
+        for r in records:
+            failed = first.get(r.run_id)
+            out.append({**r.to_dict(), "first_failure": None if failed is None else {
+                "step_id": failed.step_id, "error_kind": failed.error_kind,
+                "error": failed.error}})
+        print(to_json(out, indent=2))
         return 0
     if not records:
         what = f" with status {args.status}" if args.status else ""
@@ -302,13 +311,43 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{_seconds(_duration(r)):>8} {_steps_cell(r):>6}  "
         )
         if dead_letter:
-            reason = f"[{r.error_kind}] {r.error}" if r.error_kind and r.error else r.error
+            reason = reasons.get(r.run_id)
             line += f"{snippet(r.question, 32):<32} {snippet(reason or '', 100)}"
         else:
             line += snippet(r.question, 60)
         print(line.rstrip())
     _print_waiting(args, records)
     return 0
+
+
+def first_failed_step(store: RunStore, record: RunRecord) -> StepResult | None:
+    """The run's first failure, or None.
+
+    The latest plan's first step recorded FAILED, BLOCKED or CANCELLED (by when it was
+    recorded).
+    """
+    bad = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
+    steps = store.step_results(record.run_id, record.plan_version)
+    failed = sorted(
+        (s for s in steps if s.result.status in bad),
+        key=lambda s: (s.recorded_at is None, s.recorded_at or 0.0, s.result.step_id),
+    )
+    return failed[0].result if failed else None
+
+
+def failure_reason(store: RunStore, record: RunRecord) -> str | None:
+    """Why a run did not succeed: the kind and the message of one failure.
+
+    Those of `first_failed_step` (its message names the step), as ``[KIND] message``;
+    a run with no failed step (no plan, a limit) gives its own ``[KIND] error``.
+    """
+    if record.error is None:
+        return None
+    r = first_failed_step(store, record)
+    if r is not None:
+        kind = f"[{r.error_kind}] " if r.error_kind else ""
+        return f"{kind}{r.error or f'step {r.step_id} {r.status.value}'}"
+    return f"[{record.error_kind}] {record.error}" if record.error_kind else record.error
 
 
 def _print_waiting(args: argparse.Namespace, records: list[RunRecord]) -> None:
@@ -407,21 +446,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     try:
         data = _show_data(store, args.run_id)
+        reason = failure_reason(store, store.get_run(args.run_id))
     finally:
         store.close()
     if args.json:
         print(to_json(data, indent=2))
         return 0
     run = data["run"]
-    kind = f" [{run['error_kind']}]" if run.get("error_kind") else ""
-    print(f"run {run['run_id']}  {run['status']}{kind}")
+    print(f"run {run['run_id']}  {run['status']}")
     print(f"question: {run['question'] or '-'}")
     print(
         f"started {_when(run['created_at'])} UTC, "
         + (f"finished {_when(run['finished_at'])} UTC" if run["finished_at"] else "not finished")
     )
-    if run.get("error"):
-        print(f"reason: {run['error']}")
+    if reason:
+        print(f"reason: {reason}")
     if run.get("answer"):
         print(f"answer: {run['answer']}")
     for p in data["plans"]:
