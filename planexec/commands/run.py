@@ -50,6 +50,7 @@ from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import (
     add_store_arguments,
+    interrupted_message,
     recorded_message,
     store_from_args,
     waiting_message,
@@ -206,6 +207,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         plan, results = run_interruptible(execute())
+    except KeyboardInterrupt:
+        if store is None:
+            raise
+        print(interrupted_message(args, run_id), file=sys.stderr)
+        return 130
     finally:
         if store is not None:
             store.close()

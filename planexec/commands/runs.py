@@ -54,12 +54,17 @@ from planexec.store.base import RunRecord
 __all__ = [
     "TimelineBar",
     "add_store_arguments",
+    "failure_reason",
+    "first_failed_step",
+    "interrupted_message",
     "recorded_message",
     "register",
+    "resume_command",
     "render_timeline_html",
     "render_timeline_png",
     "store_from_args",
     "timeline_bars",
+    "waiting_message",
 ]
 
 STATUS_COLORS = {
@@ -361,18 +366,51 @@ def _print_waiting(args: argparse.Namespace, records: list[RunRecord]) -> None:
     try:
         for r in paused:
             waiting = waiting_steps(store, r.run_id)
-            print(waiting_message(args, r.run_id, [w.step_id for w in waiting]))
+            print(waiting_message(args, r.run_id, [w.step_id for w in waiting], r))
     finally:
         store.close()
 
 
-def waiting_message(args: argparse.Namespace, run_id: str, steps: list[int]) -> str:
+def resume_command(
+    args: argparse.Namespace, run_id: str, record: RunRecord | None = None
+) -> str:
+    """The exact ``planexec runs resume`` command that continues a run, every flag it needs.
+
+    ``--store`` and ``--model`` as the command was given them (a model is not recorded:
+    re-planning, the fallback and the answer need it again). The tools come from the
+    run's record when it names them (what ``run``, ``ask`` and ``serve`` record, with the
+    folder the module was imported from); a run that does not (a library run: pass its
+    ``record``) needs ``--tools MODULE:ATTR`` (its own, written as a placeholder here).
+    """
+    parts = ["planexec", "runs", "resume", run_id]
+    if record is not None and not recorded_tool_source(record.config):
+        parts.append("--tools MODULE:ATTR")
+    if getattr(args, "model", None):
+        parts += ["--model", shlex.quote(str(args.model))]
+    if getattr(args, "store", None):
+        parts += ["--store", shlex.quote(str(args.store))]
+    return " ".join(parts)
+
+
+def interrupted_message(args: argparse.Namespace, run_id: str) -> str:
+    """What Ctrl-C leaves: the run recorded (``CANCELLED``) and how to continue it."""
+    return (
+        f"planexec: interrupted: run {run_id} is recorded (CANCELLED); continue it with: "
+        + resume_command(args, run_id)
+    )
+
+
+def waiting_message(
+    args: argparse.Namespace, run_id: str, steps: list[int], record: RunRecord | None = None
+) -> str:
     """The lines that tell which steps of a run wait for approval and how to decide.
 
     Args:
         args: the parsed options of `add_store_arguments` (``--store`` is repeated).
         run_id: the run.
         steps: the waiting steps.
+        record: the run's record, when the command did not start the run itself (see
+            `resume_command`).
     """
     where = f" --store {shlex.quote(args.store)}" if getattr(args, "store", None) else ""
     which = ", ".join(str(s) for s in steps) or "-"
@@ -381,7 +419,7 @@ def waiting_message(args: argparse.Namespace, run_id: str, steps: list[int]) -> 
         f"run {run_id} waits for approval of step(s) {which}: "
         f"planexec runs approve {run_id} {first}{where} [--args JSON] | "
         f"planexec runs reject {run_id} {first} --reason TEXT{where}; "
-        f"then planexec runs resume {run_id}{where}"
+        f"then {resume_command(args, run_id, record)}"
     )
 
 
@@ -601,7 +639,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 "recorded process still seems to be running; if it is, both will run its "
                 "steps", file=sys.stderr,
             )
-        code, run = run_interruptible(_resume(args, store, source))
+        try:
+            code, run = run_interruptible(_resume(args, store, source))
+        except KeyboardInterrupt:
+            print(interrupted_message(args, args.run_id), file=sys.stderr)
+            return 130
     finally:
         store.close()
     if run is None:
@@ -693,14 +735,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
         if edits:  # the edit is checked against the tool's schema: the run's tools
             _resume_tool_options(args, store.get_run(args.run_id))
         recorded = run_interruptible(_decide(args, store, decision, with_tools=bool(edits)))[1]
+        record = store.get_run(args.run_id)
     finally:
         store.close()
     if recorded is None:
         return 1
     print(
         f"run {args.run_id} step {args.step}: {recorded.action} by {who}, args "
-        f"{to_json(recorded.args, ensure_ascii=False)}; continue with: planexec runs resume "
-        f"{args.run_id}" + (f" --store {shlex.quote(args.store)}" if args.store else "")
+        f"{to_json(recorded.args, ensure_ascii=False)}; continue with: "
+        + resume_command(args, args.run_id, record)
     )
     return 0
 
@@ -716,14 +759,14 @@ def cmd_reject(args: argparse.Namespace) -> int:
         if decision is None:
             raise ConfigError("--reason must say why (the planner is told it)")
         recorded = run_interruptible(_decide(args, store, decision, with_tools=False))[1]
+        record = store.get_run(args.run_id)
     finally:
         store.close()
     if recorded is None:
         return 1
     print(
         f"run {args.run_id} step {args.step}: rejected by {who}: {args.reason}; continue "
-        f"with: planexec runs resume {args.run_id}"
-        + (f" --store {shlex.quote(args.store)}" if args.store else "")
+        f"with: {resume_command(args, args.run_id, record)}"
     )
     return 0
 
