@@ -43,6 +43,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from planexec._log import quiet
 from planexec.commands._args import positive_float, positive_int, read_input
 from planexec.commands._display import STEP_STYLES, to_json
 from planexec.commands._display import console as display_console
@@ -160,7 +161,8 @@ def run_command(args: argparse.Namespace) -> int:
     """Handle ``planexec run``; returns the exit code."""
     text = _read_plan(args.plan)
     try:
-        parsed = parse_plan(text, args.dialect)
+        with quiet():  # its diagnostics are shown with the results (table or JSON), once
+            parsed = parse_plan(text, args.dialect)
     except PlanParseError as exc:
         if args.json:
             print(to_json({"steps": [], "error": str(exc), "diagnostics": []}))
