@@ -490,3 +490,30 @@ def test_shown_output_matches_line_by_line_with_ellipses() -> None:
     assert not output_matches("a\nb\n", "a\nb\nc\n")
     assert not output_matches("run ... ok", "run r-17 failed\n")
     assert not output_matches("a.b", "axb\n")
+
+
+def test_the_readme_links_every_docs_page_and_names_every_command() -> None:
+    import argparse
+
+    from planexec.cli import COMMANDS, build_parser
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    missing = [name for name in pages if f"](docs/{name})" not in readme]
+    assert not missing, f"README.md's Documentation list lacks {missing}"
+    assert not [c for c in COMMANDS if f"`planexec {c}" not in readme]
+    parser = build_parser("runs")
+    runs = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["runs"]
+    sub = next(a for a in runs._actions if isinstance(a, argparse._SubParsersAction))
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `planexec runs"))
+    assert not [name for name in sub.choices if name not in table], table
+
+
+def test_the_readmes_first_two_commands_stay_as_ci_reads_them() -> None:
+    first = blocks_of((ROOT / "README.md").read_text(encoding="utf-8"), "README.md")[0]
+    lines = first.body.splitlines()
+    assert lines[0].startswith('pip install -e ".[all]" && planexec demo ')
+    assert lines[1].startswith('pip install -e ".[dev]" && python -m pytest ')
+    assert lines[1].rstrip().endswith("run the tests")  # .ci/run takes its command from here
