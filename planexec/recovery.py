@@ -162,16 +162,16 @@ class Failure:
 
     @property
     def signature(self) -> tuple[Any, ...]:
-        """What "failing the same way" compares: the same arguments failing for the same cause.
+        """What "failing the same way" compares: the same arguments of one step, one kind.
 
         An argument is a step's argument: the step, the tool and the argument names, with
-        the kind and the cause of the `StepError` (typed fields, never the message). Two
-        steps whose arguments of the same name fail (two different references) are two
-        failures, not one failing twice. Values are not part of it, so a re-resolution
-        that produces another wrong value for the same argument counts as the same way.
+        the failure's kind (typed fields, never the message). Two steps whose arguments
+        of the same name fail (two different references) are two failures, not one
+        failing twice. Values and the cause's text are not part of it (a re-resolution
+        words its cause otherwise), so a re-resolution that produces another wrong value
+        for the same argument counts as the same way.
         """
-        cause = self.error.cause if self.error is not None else None
-        return (self.step_id, self.tool, str(self.kind), tuple(sorted(self.args)), cause)
+        return (self.step_id, self.tool, str(self.kind), tuple(sorted(self.args)))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A quiet happy path: notices that need no action are INFO, each diagnostic shown once.
 
-And the early re-plan counts one argument of one step failing for one cause: two steps
-whose arguments share a name are two failures, not one failing twice.
+And the early re-plan counts one argument of one step failing one way: two steps whose
+arguments share a name are two failures, not one failing twice.
 """
 
 from __future__ import annotations
@@ -69,9 +69,8 @@ def test_a_plans_diagnostic_is_shown_once(
     assert (out.out + out.err).count("REF_HINTED") == 1, (out.out, out.err)
 
 
-def failure(step: int, cause: str | None = None) -> Failure:
-    error = StepError(ErrorKind.RESOLUTION_FAILED, f"step {step}: asset_id", args=("asset_id",),
-                      cause=cause)
+def failure(step: int) -> Failure:
+    error = StepError(ErrorKind.RESOLUTION_FAILED, f"step {step}: asset_id", args=("asset_id",))
     return Failure(ErrorKind.RESOLUTION_FAILED, error.message, step, "asset", ("asset_id",),
                    True, 1, error=error)
 
@@ -82,10 +81,3 @@ def test_two_steps_failing_on_arguments_of_one_name_are_not_one_failing_twice() 
     assert policy.decide(failure(3), state).action is Action.RERESOLVE  # another argument
     second = policy.decide(failure(2), state)  # step 2's argument again, the same way
     assert second.action is Action.REPLAN and "2 times" in second.reason
-
-
-def test_the_same_argument_failing_for_another_cause_is_not_the_same_way() -> None:
-    policy, state = RecoveryPolicy(max_reresolutions_per_step=3), RecoveryState()
-    assert policy.decide(failure(2, "no model"), state).action is Action.RERESOLVE
-    assert policy.decide(failure(2, "the reply was not JSON"), state).action is Action.RERESOLVE
-    assert policy.decide(failure(2, "no model"), state).action is Action.REPLAN
