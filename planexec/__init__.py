@@ -104,6 +104,7 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
         ToolHints,
         ToolSpec,
         load_tools,
+        tool_hints,
     )
 
 _LAZY: dict[str, str] = {
@@ -143,6 +144,7 @@ _LAZY: dict[str, str] = {
     "load_model": "planexec.models",
     "load_tools": "planexec.tools",
     "parse_plan": "planexec.parsing",
+    "tool_hints": "planexec.tools",
 }
 """Public names imported on first use, so `import planexec` stays light."""
 
@@ -207,6 +209,7 @@ __all__ = [
     "ToolHints",
     "ToolLoadError",
     "ToolSpec",
+    "tool_hints",
     "Usage",
     "Verdict",
     "__version__",

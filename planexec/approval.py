@@ -266,12 +266,10 @@ class ApprovalPolicy:
         return None
 
 
-def _errors(exc: ValidationError) -> tuple[str, ...]:
-    out = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        out.append(f"{loc + ': ' if loc else ''}{err['msg']}")
-    return tuple(out)
+def _errors(exc: ValidationError, args: Mapping[str, Any], spec: ToolSpec) -> tuple[str, ...]:
+    from planexec._validation import describe_errors
+
+    return tuple(describe_errors(exc, dict(args), spec.args_schema))
 
 
 def apply_edit(
@@ -302,7 +300,7 @@ def apply_edit(
     try:
         spec.validate(merged)
     except ValidationError as exc:
-        return None, problems + _errors(exc)
+        return None, problems + _errors(exc, merged, spec)
     if problems:
         return None, problems
     return merged, ()

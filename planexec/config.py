@@ -374,17 +374,13 @@ class AgentConfig(_Settings):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_describe(exc, source)) from exc
+            raise ConfigError(_describe(exc, source, data)) from exc
 
 
-def _describe(exc: ValidationError, source: str) -> str:
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"{source}: unknown key {key!r}")
-        else:
-            lines.append(f"{source}: {key}: {err['msg']}")
+def _describe(exc: ValidationError, source: str, data: Any) -> str:
+    from planexec._validation import describe_errors
+
+    lines = [f"{source}: {line}" for line in describe_errors(exc, data, AgentConfig)]
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 

@@ -231,7 +231,11 @@ def load_mcp_config(
     try:
         config = MCPConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid {where}: {exc}") from exc
+        from planexec._validation import describe_errors
+
+        raise ConfigError(
+            f"invalid {where}: " + "; ".join(describe_errors(exc, data, MCPConfig))
+        ) from exc
     for server in config.servers.values():
         if isinstance(server, StdioServerConfig) and server.command in _THIS_PYTHON:
             server.command = sys.executable or server.command

@@ -257,7 +257,10 @@ class ExecutePlanResult(BaseModel):
     """The results of executing a plan (the first page of them for a large plan)."""
 
     run_id: str = Field(description="The run's id (get_run returns it when a store is set).")
-    ok: bool = Field(description="True when every step succeeded (or was skipped on purpose).")
+    ok: bool = Field(
+        description="True when the run SUCCEEDED (see status): every step succeeded or was "
+        "skipped on purpose, and the plan is complete."
+    )
     status_counts: dict[str, int] = Field(
         default_factory=dict, description="How many steps ended in each status."
     )
@@ -973,8 +976,8 @@ def build_server(
     async def execute_plan(
         text: PlanText, ctx: Context, dialect: Dialect = "auto"
     ) -> Annotated[mcp_types.CallToolResult, ExecutePlanResult]:
-        from planexec.events import EventBus, StepFinished
-        from planexec.results import StepStatus, Usage
+        from planexec.events import EventBus, RunFinished, StepFinished
+        from planexec.results import RunStatus, StepStatus, Usage
         from planexec.runs import execute_recorded
 
         plan = await parsed(text, dialect, check=True)
@@ -1012,6 +1015,13 @@ def build_server(
                     )
 
         bus.subscribe(on_event)
+        ended: list[Any] = []  # the run's status, as the store and `planexec run` have it
+
+        def on_run_finished(event: Any) -> None:
+            if isinstance(event, RunFinished):
+                ended.append(event)
+
+        bus.subscribe(on_run_finished)
         requests = _requests_on(bus)
         # the executor alone (no recovery, no answer), with the runtime's model client
         # (timeout, retries, breaker), limits and runner
@@ -1028,11 +1038,9 @@ def build_server(
         )
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
-        ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)
         waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
-        status = "WAITING_APPROVAL" if waiting else ("SUCCEEDED" if ok else "FAILED")
-        if store is not None:
-            status = str(await anyio.to_thread.run_sync(lambda: store.get_run(run_id).status))
+        status = ended[-1].status if ended else str(RunStatus.FAILED)
+        ok = status == str(RunStatus.SUCCEEDED)
         counts: dict[str, int] = {}
         for r in results:
             counts[str(r.status)] = counts.get(str(r.status), 0) + 1
