@@ -56,6 +56,8 @@ class Module:
     files: list[str]
     tests: list[str]
     ci: bool = False
+    ci_sample: int | None = None
+    """How many of its mutants (the first ones listed) the CI sample runs; None: all."""
 
 
 @dataclass
@@ -77,7 +79,7 @@ class Outcome:
 
     id: str
     module: str
-    status: str  # killed | survived | equivalent | stale | invalid | timeout
+    status: str  # killed | survived | equivalent | stale | invalid | not-run
     why: str
     file: str | None = None
     line: int | None = None
@@ -99,7 +101,8 @@ def load(mutants_path: Path, equivalents_path: Path) -> Config:
     """Read the mutant list and the equivalents file."""
     data = tomllib.loads(mutants_path.read_text())
     modules = {
-        name: Module(name, list(m["files"]), list(m["tests"]), bool(m.get("ci", False)))
+        name: Module(name, list(m["files"]), list(m["tests"]), bool(m.get("ci", False)),
+                     m.get("ci_sample"))
         for name, m in data["modules"].items()
     }
     mutants = []
@@ -289,7 +292,7 @@ def summarize(outcomes: list[Outcome], config: Config) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = {}
     for o in outcomes:
         row = per.setdefault(o.module, {"killed": 0, "survived": 0, "equivalent": 0,
-                                        "stale": 0, "invalid": 0})
+                                        "stale": 0, "invalid": 0, "not-run": 0})
         row[o.status] += 1
     for row in per.values():
         scored = row["killed"] + row["survived"]
@@ -308,18 +311,19 @@ def write_report(out: Path, outcomes: list[Outcome], config: Config, meta: dict[
     (out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
     md = ["# Mutation report", "", f"Command: `{meta['command']}`  ",
           f"Commit: `{meta['commit']}`  ", f"Wall time: {meta['seconds']:.0f} s", "",
-          "| module | killed | survived | equivalent | stale | invalid | score |",
-          "|---|---|---|---|---|---|---|"]
+          "| module | killed | survived | equivalent | stale | invalid | not run | score |",
+          "|---|---|---|---|---|---|---|---|"]
     for name, row in sorted(summary["modules"].items()):
         score = "n/a" if row["score"] is None else f"{100 * row['score']:.1f}%"
         md.append(f"| {name} | {row['killed']} | {row['survived']} | {row['equivalent']} | "
-                  f"{row['stale']} | {row['invalid']} | {score} |")
+                  f"{row['stale']} | {row['invalid']} | {row['not-run']} | {score} |")
     md.append("")
     md.append("Score: killed / (killed + survived); equivalents (listed in "
               "`mutation/equivalents.toml` with a reason) and stale mutants are not scored.")
     for title, status in (("Survivors (bugs the tests let through)", "survived"),
                           ("Stale mutants (the list needs an update)", "stale"),
                           ("Invalid mutants", "invalid"),
+                          ("Not run (over the time budget)", "not-run"),
                           ("Equivalent", "equivalent")):
         rows = [o for o in outcomes if o.status == status]
         if rows:
@@ -349,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--id", action="append", help="only these mutants (glob, repeatable)")
     p.add_argument("--ci", action="store_true", help="only the modules marked ci = true")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per mutant")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole run: no mutant starts after it (not-run)")
     p.add_argument("--out", type=Path, default=HERE)
     p.add_argument("--list", action="store_true", help="list the mutants and where they apply")
     p.add_argument("--no-baseline", action="store_true",
@@ -363,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         and (not args.ci or config.modules[m.module].ci)
         and (not args.id or any(fnmatch.fnmatch(m.id, pat) for pat in args.id))
     ]
+    if args.ci:
+        sampled: list[Mutant] = []
+        for name, module in config.modules.items():
+            mine = [m for m in chosen if m.module == name]
+            sampled += mine if module.ci_sample is None else mine[: module.ci_sample]
+        chosen = [m for m in chosen if m in sampled]
     unknown_eq = sorted(set(config.equivalents) - {m.id for m in config.mutants})
     if args.list:
         for m in chosen:
@@ -386,7 +398,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"the unmutated tests of {name} fail: fix them first", file=sys.stderr)
                     return 2
         for i, mutant in enumerate(chosen, 1):
-            outcome = mutate_one(work, config, mutant, args.timeout, args.python)
+            if args.budget is not None and time.monotonic() - began > args.budget:
+                outcome = Outcome(mutant.id, mutant.module, "not-run", mutant.why,
+                                  detail=f"over the run's budget of {args.budget:.0f} s")
+            else:
+                outcome = mutate_one(work, config, mutant, args.timeout, args.python)
             outcomes.append(outcome)
             print(f"[{i}/{len(chosen)}] {outcome.status:10} {mutant.id} ({outcome.seconds} s)"
                   + (f": {outcome.detail}" if outcome.status in ("stale", "invalid") else ""),
@@ -404,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
               f"equivalent {row['equivalent']:3}  stale {row['stale']:3}  score {row['score']}")
     survivors = [o for o in outcomes if o.status == "survived"]
     for o in outcomes:
-        if o.status in ("stale", "invalid"):
+        if o.status in ("stale", "invalid", "not-run"):
             print(f"warning: mutant {o.id} is {o.status}: {o.detail}", file=sys.stderr)
     for eid in unknown_eq + summary["killed_but_listed_equivalent"]:
         print(f"warning: equivalents.toml lists {eid}, which is no longer a surviving mutant",
