@@ -146,9 +146,11 @@ def _function_span(source: str, name: str) -> tuple[int, int] | None:
     for line in lines:
         offsets.append(offsets[-1] + len(line))
 
-    def search(body: list[ast.stmt], rest: list[str]) -> ast.AST | None:
+    Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+    def search(body: list[ast.stmt], rest: list[str]) -> Def | None:
         for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 if node.name == rest[0]:
                     if len(rest) == 1:
                         return node
@@ -158,9 +160,9 @@ def _function_span(source: str, name: str) -> tuple[int, int] | None:
         return None
 
     node = search(tree.body, parts)
-    if node is None or not hasattr(node, "end_lineno"):
+    if node is None:
         return None
-    start_line = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    start_line = min([node.lineno] + [d.lineno for d in node.decorator_list])
     return offsets[start_line - 1], offsets[node.end_lineno or start_line]
 
 
@@ -360,9 +362,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the unmutated run of each module's tests")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--exclude-tests", action="append", default=[], metavar="PREFIX",
+                   help="leave out the test files starting with PREFIX (e.g. to see which "
+                   "mutants the suite killed before tests/mutation_kills; repeatable)")
     args = p.parse_args(argv)
 
     config = load(args.mutants, args.equivalents)
+    if args.exclude_tests:
+        def keep(tests: list[str]) -> list[str]:
+            return [t for t in tests if not t.startswith(tuple(args.exclude_tests))]
+
+        for module in config.modules.values():
+            module.tests = keep(module.tests)
+        for m in config.mutants:
+            m.tests = keep(m.tests) if m.tests else None
     chosen = [
         m for m in config.mutants
         if (not args.module or m.module in args.module)

@@ -1151,7 +1151,9 @@ class Executor:
             step.positional and non_finite(step.positional, _REFS) is not None
         ):
             # the plan's literals: found, then worded with the argument's name
-            self._check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})
+            self._check_finite(
+                ctx, {**dict(enumerate(step.positional)), **step.args}, plan_literals=True
+            )
         ctx.phase = "resolving"
         resolved: ResolvedArgs | ResolutionFailure | None = None
         if self._resolve_at_once:  # ArgResolver's own: no coroutine when nothing waits
@@ -1553,11 +1555,15 @@ class Executor:
             return False
         return spec.hints.safe or self.config.retry_unsafe
 
-    def _check_finite(self, ctx: _Ctx, args: Mapping[Any, Any]) -> None:
+    def _check_finite(
+        self, ctx: _Ctx, args: Mapping[Any, Any], *, plan_literals: bool = False
+    ) -> None:
         """Refuse NaN and infinite numbers in arguments (``ARGS_INVALID``).
 
         Checked on the plan's literals before resolution (so that no coercion turns them
-        into something else) and on the resolved arguments before the call.
+        into something else; ``plan_literals``: the failure names them in
+        ``literal_args``, so that recovery re-plans instead of re-resolving a value no
+        re-resolution changes) and on the resolved arguments before the call.
         """
         if non_finite(args) is None:  # the common case: one walk, nothing to word
             return
@@ -1571,7 +1577,7 @@ class Executor:
                 f"number (JSON has no such value; a plan literal like 1e999 overflows to it); "
                 f"the tool was not called"
             )
-            literal = ctx.resolution.get(name) is ResolutionMethod.LITERAL
+            literal = plan_literals or ctx.resolution.get(name) is ResolutionMethod.LITERAL
             raise _StepFailed(
                 StepStatus.FAILED,
                 ErrorKind.ARGS_INVALID,

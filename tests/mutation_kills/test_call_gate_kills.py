@@ -131,11 +131,16 @@ def test_a_cut_off_step_never_starts_before_the_plan_is_complete() -> None:
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 async def test_a_non_finite_plan_literal_is_refused_before_the_call(bad: float) -> None:
-    """Kills exec-literal-nan-passes (and the resolver's own check)."""
+    """Kills exec-literal-nan-passes and exec-literal-nan-not-literal."""
     cat = catalog()
     out = await run(cat, Step(id=1, tool="setpoint", args={"value": bad}))
     assert out[1].error_kind is ErrorKind.ARGS_INVALID
     assert calls(cat, "setpoint") == []
+    # a plan literal: no re-resolution changes it, so recovery must re-plan (was a bug:
+    # the failure named no literal, and the run spent a re-resolution on it)
+    assert out[1].failure is not None and out[1].failure.literal_args == ("value",)
+    nested = await run(cat, Step(id=1, tool="setpoint", args={"value": [1.0, bad]}))
+    assert nested[1].failure is not None and nested[1].failure.literal_args == ("value",)
 
 
 async def test_a_non_finite_resolved_value_is_refused_before_the_call() -> None:
