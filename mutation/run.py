@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -270,7 +271,12 @@ def mutate_one(
     try:
         path.write_text(mutated)
         _drop_bytecode(path)
-        code, output, seconds = run_tests(work, tests, timeout, python)
+        # the first test file alone first (the module's kill tests: most mutants die
+        # there, without collecting the rest), then the whole set if it survived that
+        code, output, seconds = run_tests(work, tests[:1], timeout, python)
+        if code == 0 and len(tests) > 1:
+            code, output, more = run_tests(work, tests, timeout, python)
+            seconds += more
     finally:
         path.write_text(original)
         _drop_bytecode(path)
@@ -348,6 +354,8 @@ def _commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the selected mutants; return 1 when one survives unlisted (or the baseline fails)."""
+    # a terminated run still restores the module and removes its copy (finally blocks)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mutants", type=Path, default=HERE / "mutants.toml")
     p.add_argument("--equivalents", type=Path, default=HERE / "equivalents.toml")
