@@ -3,9 +3,10 @@
 Each mutant in ``mutation/mutants.toml`` is a small text change to one module (a
 comparison flipped, a branch removed, a constant moved): the runner applies it to a
 copy of the project, runs the module's narrow test set against it (``-x``, a time budget
-per mutant) and records whether a test failed (*killed*) or everything stayed green
-(*survived*). A survivor is a bug the tests would let through, unless it is listed in
-``mutation/equivalents.toml`` with a one-line reason why it changes no behaviour.
+per mutant; the set's first file alone first) and records whether a test failed
+(*killed*) or everything stayed green (*survived*). A survivor is a bug the tests
+would let through, unless it is listed in ``mutation/equivalents.toml`` with a
+one-line reason why it changes no behaviour.
 
 A mutant is found by its text, not by a line number, so it survives edits around it:
 ``find`` must occur exactly once in the module's files (within ``function`` when given,
