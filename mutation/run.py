@@ -346,11 +346,35 @@ def write_report(out: Path, outcomes: list[Outcome], config: Config, meta: dict[
 
 
 def _commit() -> str:
+    """HEAD, with ``+changes`` when the tracked files differ from it."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *COPIED], cwd=ROOT,
+                               capture_output=True).returncode
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def merge(reports: list[Path], out: Path, config: Config) -> int:
+    """Write one report from several runs' ``report.json``; 1 if a survivor is in it."""
+    by_id: dict[str, Outcome] = {}
+    commands, commits, seconds = [], [], 0.0
+    for path in reports:
+        data = json.loads(path.read_text())
+        commands.append(data["meta"]["command"])
+        commits.append(data["meta"]["commit"])
+        seconds += data["meta"]["seconds"]
+        for m in data["mutants"]:
+            by_id[m["id"]] = Outcome(**m)
+    order = {m.id: i for i, m in enumerate(config.mutants)}
+    outcomes = sorted(by_id.values(), key=lambda o: order.get(o.id, len(order)))
+    meta = {"command": " && ".join(commands), "commit": ", ".join(dict.fromkeys(commits)),
+            "seconds": seconds, "unknown_equivalents": []}
+    write_report(out, outcomes, config, meta)
+    print(f"report: {out / 'report.md'}")
+    return 1 if any(o.status == "survived" for o in outcomes) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,12 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the unmutated run of each module's tests")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--merge", nargs="+", type=Path, metavar="REPORT_JSON",
+                   help="write one report from the report.json files of runs of disjoint "
+                   "module sets (later files win for a mutant run twice); runs nothing")
     p.add_argument("--exclude-tests", action="append", default=[], metavar="PREFIX",
                    help="leave out the test files starting with PREFIX (e.g. to see which "
                    "mutants the suite killed before tests/mutation_kills; repeatable)")
     args = p.parse_args(argv)
 
     config = load(args.mutants, args.equivalents)
+    if args.merge:
+        return merge(args.merge, args.out, config)
     if args.exclude_tests:
         def keep(tests: list[str]) -> list[str]:
             return [t for t in tests if not t.startswith(tuple(args.exclude_tests))]
@@ -405,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id:45} {shown}")
         return 0
     began = time.monotonic()
+    commit = _commit()  # what was copied (the run may outlast a commit)
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="planexec-mutation-") as tmp:
         work = Path(tmp)
@@ -431,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     meta = {
         "command": "python mutation/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": _commit(),
+        "commit": commit,
         "seconds": time.monotonic() - began,
         "unknown_equivalents": unknown_eq,
     }
