@@ -142,3 +142,15 @@ def test_every_literal_must_be_carried() -> None:
     assert index.satisfying("B", both)
     assert not index.satisfying("A", both)
     assert [v for v, _ in index.satisfying_values(both)] == ["B", "pump", "SOUTH"]
+
+
+def test_a_list_value_satisfies_a_hint_only_when_every_element_does() -> None:
+    """Kills grounding-list-not-all."""
+    index = OutputIndex({1: [{"id": "CH-6", "name": "Chiller 6"},
+                             {"id": "CH-7", "name": "Chiller 7"},
+                             {"id": "CH-8", "name": "Chiller 7"}]})
+    wanted = [HintLiteral("name", "Chiller 7")]
+    assert index.satisfying(["CH-7", "CH-8"], wanted)
+    assert not index.satisfying(["CH-7", "CH-6"], wanted)
+    assert not index.satisfying(["CH-6", "CH-7"], wanted)
+    assert not index.satisfying([], wanted)
