@@ -154,3 +154,14 @@ def test_a_list_value_satisfies_a_hint_only_when_every_element_does() -> None:
     assert not index.satisfying(["CH-7", "CH-6"], wanted)
     assert not index.satisfying(["CH-6", "CH-7"], wanted)
     assert not index.satisfying([], wanted)
+
+
+def test_free_text_found_nowhere_is_free_not_ungrounded() -> None:
+    """Kills grounding-free-text-held: a note of five words or more than 60 characters
+    is never held to grounding, even where the outputs hold text under the same key."""
+    index = OutputIndex({1: {"note": "the pump is fine today", "id": "CH-6"}})
+    assert index.ground("note", "please look at the chiller soon").status == "free"
+    assert index.ground("note", "x" * 61).status == "free"
+    assert index.ground("note", "pump fine").status == "ungrounded"  # short: held
+    assert index.ground("id", "CH-9").status == "ungrounded"
+    assert index.ground("id", "CH-6").status == "grounded"
