@@ -367,7 +367,10 @@ def merge(reports: list[Path], out: Path, config: Config) -> int:
         commits.append(data["meta"]["commit"])
         seconds += data["meta"]["seconds"]
         for m in data["mutants"]:
-            by_id[m["id"]] = Outcome(**m)
+            o = Outcome(**m)
+            if o.status == "survived" and o.id in config.equivalents:  # listed since
+                o.status, o.detail = "equivalent", config.equivalents[o.id]
+            by_id[o.id] = o
     order = {m.id: i for i, m in enumerate(config.mutants)}
     outcomes = sorted(by_id.values(), key=lambda o: order.get(o.id, len(order)))
     meta = {"command": " && ".join(commands), "commit": ", ".join(dict.fromkeys(commits)),
@@ -456,6 +459,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 outcome = mutate_one(work, config, mutant, args.timeout, args.python)
             outcomes.append(outcome)
+            partial = {"command": "(partial) python mutation/run.py "
+                       + " ".join(argv if argv is not None else sys.argv[1:]),
+                       "commit": commit, "seconds": time.monotonic() - began,
+                       "unknown_equivalents": unknown_eq}
+            write_report(args.out, outcomes, config, partial)  # kept if the run is stopped
             print(f"[{i}/{len(chosen)}] {outcome.status:10} {mutant.id} ({outcome.seconds} s)"
                   + (f": {outcome.detail}" if outcome.status in ("stale", "invalid") else ""),
                   flush=True)
