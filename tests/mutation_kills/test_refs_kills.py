@@ -85,3 +85,11 @@ def test_a_whole_string_overlong_step_reference_is_malformed_not_a_free_placehol
                         "#Dependency1: None\n")
     assert "REF_MALFORMED" in {d.code for d in parsed.diagnostics}
     assert parsed.steps[0].refs == ()
+
+
+def test_an_html_tag_is_text_not_a_free_placeholder() -> None:
+    """Kills refs-html-tag-placeholder."""
+    for tag in ("<b>", "<br>", "{b}"):
+        assert free_placeholders(tag) == (tag, []), tag
+    value, refs = free_placeholders("<chiller>")
+    assert isinstance(value, Ref) and len(refs) == 1

@@ -16,7 +16,7 @@ from pydantic import BaseModel, field_validator
 from planexec.errors import ErrorKind
 from planexec.plan import Ref, Step
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs
-from planexec.results import StepResult, StepStatus
+from planexec.results import StepError, StepResult, StepStatus
 from planexec.testing import ScriptedChatModel, fake_tool
 from planexec.tools import ToolCatalog, ToolSpec
 
@@ -157,3 +157,17 @@ async def test_a_reference_to_a_failed_step_is_never_resolved() -> None:
     out = await resolver.resolve(step({"x": Ref(1)}), spec, {1: failed})
     assert isinstance(out, ResolutionFailure)
     assert out.kind in (ErrorKind.UPSTREAM_FAILED, ErrorKind.MISSING_REFERENCE)
+
+
+async def test_a_re_resolution_with_feedback_never_takes_the_fast_path() -> None:
+    """Kills res-at-once-ignores-feedback: the fast path would give the failed values again."""
+    results = {1: ok(1, {"id": "CH-6", "other": "CH-7"})}
+    spec = spec_of({"asset": str})
+    s = step({"asset": Ref(1, ("id",))})
+    resolver = ArgResolver(ScriptedChatModel(replies=['{"asset": "CH-7"}']))
+    assert resolver.resolve_at_once(s, spec, results) is not None  # no feedback: fast
+    feedback = StepError(ErrorKind.TOOL_ERROR, "no asset CH-6", args=("asset",))
+    assert resolver.resolve_at_once(s, spec, results, feedback=feedback) is None
+    out = await resolver.resolve(s, spec, results, feedback=feedback)
+    assert isinstance(out, ResolvedArgs), out
+    assert out.args == {"asset": "CH-7"}
