@@ -12,15 +12,13 @@ from typing import Any
 from planexec.agent import PlanExecuteAgent
 from planexec.approval import (
     ApprovalDecision,
-    ApprovalGate,
     ApprovalPolicy,
     ApprovalRequest,
     pending_approvals,
     recorded_decisions,
 )
 from planexec.config import AgentConfig
-from planexec.events import ApprovalDecided, ApprovalRequested, Event, EventBus
-from planexec.plan import Step
+from planexec.events import ApprovalDecided, ApprovalRequested, Event
 from planexec.results import RunStatus, StepStatus
 from planexec.store.codec import event_to_json
 from planexec.testing import fake_tool
@@ -172,21 +170,6 @@ def test_a_decision_answers_only_the_request_of_its_plan_version() -> None:
     assert [(r.plan_version, r.step_id) for r in pending_approvals(events)] == [(2, 2)]
     events = [request, _decided(2, 2, ApprovalDecision.approve(by="bob"))]
     assert pending_approvals(events) == []
-
-
-async def test_a_decision_of_plan_version_1_does_not_apply_to_a_later_plan() -> None:
-    """Kills approval-decision-any-version: step ids restart with every plan."""
-    spec = spec_of("open_order", DESTRUCTIVE)
-    approver = Approver([ApprovalDecision.defer()])
-    gate = ApprovalGate(ApprovalPolicy(), approver, bus=EventBus(), run_id="r",
-                        decisions={(1, 2): ApprovalDecision.approve(by="alice")})
-    step = Step(id=2, tool="open_order")
-    decision = await gate.review(step, spec, {}, {}, plan_version=2)
-    assert decision is not None and decision.action.value == "defer"
-    assert len(approver.requests) == 1  # asked: the plan-1 decision is not this step's
-    replayed = await gate.review(step, spec, {}, {}, plan_version=1)
-    assert replayed is not None and (replayed.action.value, replayed.by) == ("approve", "alice")
-    assert len(approver.requests) == 1  # the recorded decision is applied without asking
 
 
 # -- the policy -------------------------------------------------------------------------

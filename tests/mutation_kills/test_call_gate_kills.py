@@ -57,9 +57,17 @@ class Gate:
         resolution: Mapping[str, ResolutionMethod],
         *,
         plan_version: int,
+        dialect: str | None = None,
     ) -> ApprovalDecision | None:
         self.reviewed.append((step.id, spec.name, dict(args)))
         return self.decision
+
+    def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
+              start: Any) -> None:
+        """Every call this stub decided may go ahead."""
+
+    async def withdraw(self, step_id: int, plan_version: int, reason: str) -> None:
+        """Nothing to withdraw."""
 
 
 class Selector:
