@@ -126,7 +126,7 @@ def ask_command(args: argparse.Namespace) -> int:
     console = display_console(stderr=True)
     status = PlannerStatus(console)  # only on a terminal
     handlers: list[EventHandler] = [] if args.quiet else [Progress(console), status]
-    store = store_from_args(args)
+    store = store_from_args(args, config)
     # the tool source is recorded so that `planexec runs resume` can load the same tools
     recording = (
         StampedStore(store, {TOOL_SOURCE_KEY: tool_source(args.tools, args.mcp_config)})

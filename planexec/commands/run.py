@@ -183,7 +183,7 @@ def run_command(args: argparse.Namespace) -> int:
     usage = Usage()
     bus = EventBus()
     run_id = new_run_id()
-    store = store_from_args(args)
+    store = store_from_args(args, config)
     if store is not None:
         store.attach(bus)
     # recorded so that `planexec runs resume` runs it again with the same settings and tools

@@ -32,7 +32,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from planexec._log import run_log
 from planexec._text import snippet
@@ -50,6 +50,9 @@ from planexec.runs import (
 from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
 from planexec.store.base import RunRecord
 
+if TYPE_CHECKING:
+    from planexec.config import AgentConfig
+
 __all__ = [
     "TimelineBar",
     "add_store_arguments",
@@ -62,6 +65,7 @@ __all__ = [
     "resume_recorded",
     "show_data",
     "store_from_args",
+    "store_location",
     "timeline_bars",
 ]
 
@@ -89,13 +93,14 @@ step that needed approval)."""
 
 
 def add_store_arguments(parser: argparse.ArgumentParser, *, allow_disable: bool = True) -> None:
-    """Add ``--store PATH`` (and, unless told not to, ``--no-store``) to a parser."""
+    """Add ``--store PATH|URL`` (and, unless told not to, ``--no-store``) to a parser."""
     parser.add_argument(
         "--store",
-        metavar="PATH",
+        metavar="PATH|URL",
         default=None,
         help=f"the run store file (default: ${ENV_VAR}, else {default_store_path()}; "
-        "':memory:' keeps runs in memory only)",
+        "':memory:' keeps runs in memory only; a postgresql:// URL records in a "
+        "PostgreSQL database shared by several hosts)",
     )
     if allow_disable:
         parser.add_argument(
@@ -103,15 +108,28 @@ def add_store_arguments(parser: argparse.ArgumentParser, *, allow_disable: bool 
         )
 
 
-def store_from_args(args: argparse.Namespace) -> RunStore | None:
+def store_from_args(
+    args: argparse.Namespace, config: AgentConfig | None = None
+) -> RunStore | None:
     """Open the store chosen by `add_store_arguments` options (None with ``--no-store``).
+
+    ``--store``, else the config's ``store.url``, else ``$PLANEXEC_STORE``, else the
+    default file.
 
     Raises:
         StoreError: the store cannot be opened.
     """
     if getattr(args, "no_store", False):
         return None
-    return open_store(getattr(args, "store", None))
+    return open_store(store_location(args, config))
+
+
+def store_location(args: argparse.Namespace, config: AgentConfig | None = None) -> str | None:
+    """``--store``, else the config's ``store.url`` (None: `open_store`'s default)."""
+    given: str | None = getattr(args, "store", None)
+    if given is None and config is not None:
+        given = config.store.url
+    return given
 
 
 def recorded_message(args: argparse.Namespace, run_id: str) -> str:
