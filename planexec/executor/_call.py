@@ -302,11 +302,15 @@ async def approve(
     return final
 
 
-def check_finite(ctx: StepContext, args: Mapping[Any, Any]) -> None:
+def check_finite(
+    ctx: StepContext, args: Mapping[Any, Any], *, plan_literals: bool = False
+) -> None:
     """Refuse NaN and infinite numbers in arguments (``ARGS_INVALID``).
 
     Checked on the plan's literals before resolution (so that no coercion turns them
-    into something else) and on the resolved arguments before the call.
+    into something else; ``plan_literals``: the failure names them in ``literal_args``,
+    so that recovery re-plans instead of re-resolving a value no re-resolution changes)
+    and on the resolved arguments before the call.
     """
     if non_finite(args) is None:  # the common case: one walk, nothing to word
         return
@@ -320,7 +324,7 @@ def check_finite(ctx: StepContext, args: Mapping[Any, Any]) -> None:
             f"number (JSON has no such value; a plan literal like 1e999 overflows to it); "
             f"the tool was not called"
         )
-        literal = ctx.resolution.get(name) is ResolutionMethod.LITERAL
+        literal = plan_literals or ctx.resolution.get(name) is ResolutionMethod.LITERAL
         raise StepFailed(
             StepStatus.FAILED,
             ErrorKind.ARGS_INVALID,
