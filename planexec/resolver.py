@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
+from planexec import _fastpaths
 from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._models import ModelClient, as_client
@@ -762,6 +763,8 @@ class ArgResolver:
         """
         if feedback is not None or spec is None or (bus is not None and bus.listening):
             return None
+        if not _fastpaths.ON:  # the general path (`planexec._fastpaths`)
+            return None
         return _quick_resolution(step, spec, results)
 
     async def resolve(
@@ -792,7 +795,7 @@ class ArgResolver:
         Returns:
             The resolved arguments, or why they could not be resolved.
         """
-        if feedback is None and spec is not None:
+        if feedback is None and spec is not None and _fastpaths.ON:
             quick = _quick_resolution(step, spec, results)
             if quick is not None:
                 if bus is not None and bus.listening:

@@ -103,7 +103,7 @@ async def _make_call(
     settings = tool_settings(run, spec)
     policy, slots = settings[3], settings[4]
     try:
-        if policy.attempts <= 1 and slots is None:  # one attempt: what retry_async does
+        if run.fast and policy.attempts <= 1 and slots is None:  # one attempt: retry_async's
             output, raw_out = await attempt(run, ctx, spec, args, settings)
         else:
             output, raw_out = await attempts(run, ctx, spec, args, settings)
@@ -521,15 +521,16 @@ def _tool_call(
         config = trace.tool_config(step.id, spec.name) if trace is not None else None
         # the resolver's validation, when it is of these very arguments
         model = validated[1] if validated is not None and validated[0] is args else None
-        direct = None if config is not None or not run.runner_own else direct_coroutine(
-            spec, args, validated=model, callbacks=run.callbacks
+        direct = None if config is not None or not run.runner_own or not run.fast else (
+            direct_coroutine(
+            spec, args, validated=model, callbacks=run.callbacks)
         )  # the tool's own coroutine: no wrapper to pass every turn through
         coro = direct if direct is not None else runner.call(
             spec, args, config=config, validated=model, callbacks=run.callbacks
         )
     else:
         coro = runner.call(spec, args)
-    if timeout is None and type(coro) is CoroutineType:
+    if timeout is None and run.fast and type(coro) is CoroutineType:
         # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
         return _InlineCall(coro, copy_context(), run, ctx, spec)
     return _await_task(run, ctx, spec, coro, timeout)

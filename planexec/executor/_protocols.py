@@ -1,26 +1,39 @@
 """What the executor needs from its collaborators, and the local tool runner.
 
-The tool runner, the reasoner, the tool selector, the approval gate and the guard.
+The tool runner, the reasoner, the tool selector (and its answer: `ToolChoice` or
+`SelectionFailure`), the approval gate and the guard. Their types are the executor's
+own: importing it loads no planner, model client or reasoning module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from planexec.tools import invoke_tool
+from planexec.errors import ErrorKind
+from planexec.results import StepError
+from planexec.tools import ToolSpec, invoke_tool
 
 if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tracing
     from pydantic import BaseModel
 
     from planexec.approval import ApprovalDecision
     from planexec.plan import Step
-    from planexec.results import ResolutionMethod, StepError, StepResult
-    from planexec.selection import SelectionFailure, ToolChoice
-    from planexec.tools import ToolCatalog, ToolSpec
+    from planexec.results import ResolutionMethod, StepResult
+    from planexec.tools import ToolCatalog
     from planexec.tracing import RunnableConfig
 
-__all__ = ["Approvals", "Guard", "LocalToolRunner", "Reasoner", "ToolRunner", "ToolSelector"]
+__all__ = [
+    "Approvals",
+    "Guard",
+    "LocalToolRunner",
+    "Reasoner",
+    "SelectionFailure",
+    "ToolChoice",
+    "ToolRunner",
+    "ToolSelector",
+]
 
 Guard = Callable[["Step", str], "str | None"]
 """Called before a step's tool call; a returned message fails it with LIMIT_EXCEEDED."""
@@ -66,6 +79,51 @@ class Reasoner(Protocol):
     async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
         """Return the step's answer."""
         ...
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """The tool selected for a step, with its validated arguments."""
+
+    spec: ToolSpec
+    """The chosen tool."""
+    args: dict[str, Any]
+    """Its arguments, validated against the tool's schema."""
+    candidates: tuple[str, ...]
+    """The qualified names of the tools it was chosen among."""
+    scope: str
+    """Where the candidates came from, in words (``server 'iot'``, ``the whole catalog``)."""
+    llm_calls: int = 1
+    """Model calls made (1, or 2 after a retry)."""
+
+    @property
+    def note(self) -> str:
+        """A remark for the step's result naming the choice (``tool selected: ...``)."""
+        return (
+            f"tool selected: {self.spec.qualified_name} (chosen by the model among "
+            f"{len(self.candidates)} tool(s) of {self.scope})"
+        )
+
+
+@dataclass(frozen=True)
+class SelectionFailure:
+    """Why no tool was selected for a step. No tool is called."""
+
+    kind: ErrorKind
+    """``TOOL_SELECTION_FAILED``."""
+    message: str
+    """For people: names the step, the agent or server and the problem."""
+    llm_calls: int = 0
+    """Model calls made before failing."""
+    cause: str | None = None
+    """The problem in its own words (a validation error, the model's reason)."""
+    reply: str | None = None
+    """The last reply, cut, when one was unusable."""
+
+    def to_error(self) -> StepError:
+        """The failure as the step's `StepError`."""
+        return StepError(self.kind, self.message, cause=self.cause)
+
 
 
 @runtime_checkable

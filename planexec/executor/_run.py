@@ -319,7 +319,7 @@ class ExecutorRun(RunState):
         sched.finished(sid, release=not waits(self.results.get(sid)))
         next_sid: int | None = None
         if sched.ready:
-            if self.trace is None and task is not None and not task.cancelling():
+            if self.fast and self.trace is None and task is not None and not task.cancelling():
                 next_sid = sched.ready.popleft()
                 if not sched.complete:
                     self.early.add(next_sid)

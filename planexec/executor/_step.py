@@ -17,11 +17,11 @@ from planexec._text import cut
 from planexec.errors import CircuitOpenError, ErrorKind, ModelError
 from planexec.events import ArgResolved, StepStarted
 from planexec.executor._call import call_tool, check_finite
+from planexec.executor._protocols import SelectionFailure
 from planexec.executor._state import RunState, StepContext, StepFailed, is_empty, named, short
 from planexec.plan import Ref, Step, Template
 from planexec.resolver import ResolutionFailure, ResolvedArgs
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
-from planexec.selection import SelectionFailure
 from planexec.tools import ToolSpec
 
 _BLOCKING = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
@@ -51,7 +51,7 @@ async def execute(
                 f"read as written{text} (see the plan's error diagnostics); "
                 "the tool was not called",
             )
-        spec = _quick_lookup(run, step) or await _lookup(run, step)
+        spec = (run.fast and _quick_lookup(run, step)) or await _lookup(run, step)
         ctx.tool, ctx.server = spec.name, spec.server or step.server
     _check_references(step, results, plan_ids)
     _check_upstream(step, results)

@@ -14,6 +14,7 @@ import json
 from json.encoder import encode_basestring
 from typing import Any
 
+from planexec import _fastpaths
 from planexec._json import json_data
 from planexec.errors import ErrorKind
 from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted
@@ -303,7 +304,7 @@ def event_to_json(event: Event) -> dict[str, Any]:
     recorded too. Fields marked ``metadata={"record": False}`` (`RunFinished.run`) are
     left out.
     """
-    if type(event) in _HOT:
+    if type(event) in _HOT and _fastpaths.ON:
         hot = _hot_data(event)
         if hot is not None:
             return hot
@@ -536,7 +537,7 @@ def event_text(event: Event) -> tuple[str, str | None] | None:
         None for any other event or field: encode ``event_to_json(event)`` then.
     """
     t = type(event)
-    if t not in _HOT:
+    if t not in _HOT or not _fastpaths.ON:  # (`planexec._fastpaths`)
         return None
     run_id, ts = event.run_id, event.ts
     if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from planexec import _fastpaths
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
 from planexec.events import Event, EventBus, StepFinished, StepStarted, ToolCallStarted
@@ -639,7 +640,8 @@ class SQLiteRunStore:
         (A subclass that overrides `handle` gets `handle` subscribed.)
         """
         overridden = type(self).handle is not SQLiteRunStore.handle
-        bus.subscribe(self.handle if overridden else self._observe)
+        general = overridden or not _fastpaths.ON  # (`planexec._fastpaths`)
+        bus.subscribe(self.handle if general else self._observe)
 
     async def handle(self, event: Event) -> None:
         """Record one event; a checkpoint is committed (and flushed, per mode) on return.
