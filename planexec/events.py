@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from planexec._frozen import build
 from planexec.errors import ErrorKind
@@ -273,29 +273,34 @@ class EventBus:
             handlers.remove(handler)
             self._handlers = tuple(handlers)
 
-    async def emit(self, event: Event) -> None:
-        """Deliver ``event`` to every subscriber; returns when all have handled it.
+    def emit(self, event: Event) -> Awaitable[None]:
+        """Deliver ``event`` to every subscriber; await the result to wait for them all.
 
-        Subscribers added or removed while an event is delivered take effect from the next
-        event.
-        """
-        rest = self.deliver(event)
-        if rest is not None:
-            await rest
-
-    def deliver(self, event: Event) -> Awaitable[None] | None:
-        """Deliver ``event`` now as far as no subscriber needs waiting for.
-
-        Returns None when every subscriber has handled it; else what is left to await
-        (that subscriber's awaitable, then the subscribers after it, in order). `emit`
-        is ``await`` of this; a producer on a hot path awaits only when it must.
+        Delivery starts at once: each subscriber is called in order, and when one
+        returns an awaitable (an async subscriber, or a sync one that must be waited
+        for), the rest of the delivery is that awaitable, then the subscribers after it,
+        in order. When nobody needs waiting for, the result is an awaitable that is
+        already done (awaiting it costs no coroutine). Subscribers added or removed
+        while an event is delivered take effect from the next event.
         """
         handlers = self._handlers
         for i, handler in enumerate(handlers):
             out = handler(event)
             if out is not None and inspect.isawaitable(out):
                 return _deliver_rest(event, out, handlers[i + 1 :])
-        return None
+        return _DELIVERED
+
+
+class _Delivered:
+    """The awaitable `EventBus.emit` returns when every subscriber has handled the event."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return cast("Generator[Any, None, None]", iter(()))
+
+
+_DELIVERED = _Delivered()
 
 
 async def _deliver_rest(

@@ -33,7 +33,7 @@ from planexec._text import as_text, cut
 from planexec.approval import ApprovalAction
 from planexec.errors import CircuitOpenError, ErrorKind
 from planexec.events import ToolCallStarted
-from planexec.executor._protocols import LocalToolRunner
+from planexec.executor._protocols import call_options
 from planexec.executor._state import (
     AttemptFailed,
     RunState,
@@ -53,7 +53,6 @@ from planexec.tools import (
     ToolOutputError,
     ToolSpec,
     check_output,
-    direct_coroutine,
     error_payload,
     sync_only,
 )
@@ -387,7 +386,7 @@ async def attempt(
         ctx.unsafe_call = True
     bus = run.bus
     if bus.listening:
-        rest = bus.deliver(
+        await bus.emit(
             ToolCallStarted.of(
                 run_id=run.run_id,
                 step_id=step.id,
@@ -398,8 +397,6 @@ async def attempt(
                 safe=safe,
             )
         )
-        if rest is not None:  # e.g. the run store commits an unsafe call's start
-            await rest
     # ================================================================ GATE HOOK
     # The last point before the tool is invoked, on every attempt: the place for the
     # call gate (claim the approval decision for this run, plan version, step, tool and
@@ -515,21 +512,20 @@ def _tool_call(
     """
     step, validated = ctx.step, ctx.validated
     ctx.validated = None  # used once: not kept alive while the tool runs (a retry validates)
-    runner = run.runner
-    if type(runner) is LocalToolRunner:
-        trace = run.trace
-        config = trace.tool_config(step.id, spec.name) if trace is not None else None
-        # the resolver's validation, when it is of these very arguments
-        model = validated[1] if validated is not None and validated[0] is args else None
-        direct = None if config is not None or not run.runner_own or not run.fast else (
-            direct_coroutine(
-            spec, args, validated=model, callbacks=run.callbacks)
-        )  # the tool's own coroutine: no wrapper to pass every turn through
-        coro = direct if direct is not None else runner.call(
-            spec, args, config=config, validated=model, callbacks=run.callbacks
+    trace = run.trace
+    # what the runner may use of this call (`call_options`): the trace's config, the
+    # resolver's validation when it is of these very arguments, the callbacks around
+    token = call_options.set(
+        (
+            trace.tool_config(step.id, spec.name) if trace is not None else None,
+            validated[1] if validated is not None and validated[0] is args else None,
+            run.callbacks,
         )
-    else:
-        coro = runner.call(spec, args)
+    )
+    try:
+        coro = run.runner.call(spec, args)
+    finally:
+        call_options.reset(token)
     if timeout is None and run.fast and type(coro) is CoroutineType:
         # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
         return _InlineCall(coro, copy_context(), run, ctx, spec)
@@ -569,7 +565,7 @@ async def _await_task(
         if call.done():
             break
         await asyncio.sleep(0)
-    if isinstance(run.runner, LocalToolRunner) and sync_only(spec.tool):
+    if sync_only(spec.tool):
         how = "its thread cannot be stopped: the call was abandoned"
     elif call.done():
         how = "the call was cancelled"

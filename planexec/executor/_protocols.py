@@ -7,13 +7,15 @@ own: importing it loads no planner, model client or reasoning module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from planexec import _fastpaths
 from planexec.errors import ErrorKind
 from planexec.results import StepError
-from planexec.tools import ToolSpec, invoke_tool
+from planexec.tools import ToolSpec, direct_coroutine, invoke_tool
 
 if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tracing
     from pydantic import BaseModel
@@ -48,13 +50,23 @@ class ToolRunner(Protocol):
         ...
 
 
+CallOptions = tuple["RunnableConfig | None", "BaseModel | None", "bool | None"]
+"""What the executor knows of one call beyond its tool and arguments: the call's
+langchain config (traced runs), the arguments as the resolver validated them, and
+whether a langchain callback would see the call (`planexec.tools.callbacks_around`)."""
+
+call_options: ContextVar[CallOptions | None] = ContextVar("planexec_call_options", default=None)
+"""The `CallOptions` of the call being made: set by the executor around each
+``runner.call`` (`planexec.executor._call`); a runner may use them or not."""
+
+
 class LocalToolRunner:
     """Calls tools in this process (see `planexec.tools.invoke_tool`).
 
     Async tools run on the running event loop, sync ones in a daemon thread of their own.
     """
 
-    async def call(
+    def call(
         self,
         spec: ToolSpec,
         args: dict[str, Any],
@@ -62,14 +74,36 @@ class LocalToolRunner:
         *,
         validated: BaseModel | None = None,
         callbacks: bool | None = None,
-    ) -> Any:
-        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given).
+    ) -> Coroutine[Any, Any, Any]:
+        """The tool's call, to await: its own coroutine when nothing needs ``ainvoke``.
 
-        ``validated``: the arguments as the resolver validated them (not validated
-        again on the direct path). ``callbacks``: whether a langchain callback would see
-        the call (`planexec.tools.callbacks_around`; None: asked per call).
+        The direct path (`planexec.tools.direct_coroutine`: a plain async
+        `StructuredTool`, no config, no callback around) awaits the tool's coroutine
+        with no wrapper between; everything else goes through
+        `planexec.tools.invoke_tool` (which calls a plain sync tool directly too, in a
+        daemon thread, and any other through ``ainvoke``). Both give the same output,
+        exceptions and validation errors (`tests/test_fast_paths.py`).
+
+        ``config``, ``validated`` (the arguments as the resolver validated them, not
+        validated again) and ``callbacks`` (whether a langchain callback would see the
+        call; None: asked here) default to the executor's `call_options`.
+
+        Raises:
+            pydantic.ValidationError: the arguments do not fit the schema (direct path).
         """
-        return await invoke_tool(spec, args, config, validated=validated, callbacks=callbacks)
+        options = call_options.get()
+        if options is not None:
+            if config is None:
+                config = options[0]
+            if validated is None:
+                validated = options[1]
+            if callbacks is None:
+                callbacks = options[2]
+        if config is None and _fastpaths.ON:
+            direct = direct_coroutine(spec, args, validated=validated, callbacks=callbacks)
+            if direct is not None:
+                return direct
+        return invoke_tool(spec, args, config, validated=validated, callbacks=callbacks)
 
 
 @runtime_checkable

@@ -524,11 +524,9 @@ class ExecutorRun(RunState):
         self.results[result.step_id] = result
         bus = self.bus
         if bus.listening:
-            rest = bus.deliver(
+            await bus.emit(
                 StepFinished.of(
                     run_id=self.run_id, result=result, plan_version=self.plan_version,
                     safe=safe,
                 )
             )
-            if rest is not None:
-                await rest

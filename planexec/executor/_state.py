@@ -178,14 +178,6 @@ class RunState:
         """`planexec.tools.callbacks_around` as the run found it."""
         self.fast = _fastpaths.ON
         """Whether this run takes the fast paths (`planexec._fastpaths`)."""
-        resolver = self.resolver
-        self.resolve_at_once = self.fast and type(resolver).resolve is ArgResolver.resolve and (
-            "resolve" not in getattr(resolver, "__dict__", {})  # not wrapped on the instance
-        )
-        """Whether `ArgResolver.resolve_at_once` may stand in for the resolver's
-        ``resolve`` (it is ArgResolver's own, not overridden or wrapped)."""
-        self.runner_own = "call" not in getattr(self.runner, "__dict__", {})
-        """Whether the runner's ``call`` is its class's (not wrapped on the instance)."""
 
     def result(
         self,

@@ -58,7 +58,7 @@ async def execute(
 
     bus = run.bus
     if bus.listening:  # no subscriber: no event to build
-        rest = bus.deliver(
+        await bus.emit(
             StepStarted.of(
                 run_id=run.run_id,
                 step_id=step.id,
@@ -66,8 +66,6 @@ async def execute(
                 plan_version=run.plan_version,
             )
         )
-        if rest is not None:
-            await rest
     if spec is None:
         if step.selects_tool:  # an agent or server but no tool: select, never reason
             return await _select(run, ctx, results, feedback)
@@ -79,22 +77,9 @@ async def execute(
         # the plan's literals: found, then worded with the argument's name
         check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})
     ctx.phase = "resolving"
-    resolved: ResolvedArgs | ResolutionFailure | None = None
-    if run.resolve_at_once:  # ArgResolver's own: no coroutine when nothing waits
-        resolved = run.resolver.resolve_at_once(
-            step, spec, results, feedback=feedback, bus=bus
-        )
-        if resolved is not None:
-            ctx.finite = resolved.args  # plain data: the call need not look again
-    if resolved is None:
-        resolved = await run.resolver.resolve(
-            step,
-            spec,
-            results,
-            feedback=feedback,
-            run_id=run.run_id,
-            bus=bus,
-        )
+    resolved: ResolvedArgs | ResolutionFailure = await run.resolver.resolve(
+        step, spec, results, feedback=feedback, run_id=run.run_id, bus=bus
+    )
     ctx.llm_calls += resolved.llm_calls
     # the resolution's own (fresh) dicts: the result copies them
     ctx.resolution = resolved.methods  # partial on a failure
@@ -105,6 +90,8 @@ async def execute(
             StepStatus.FAILED, resolved.kind, text, failure=resolved.to_error(text)
         )
     args = resolved.args  # a fresh dict of this resolution's
+    if resolved.plain:
+        ctx.finite = args  # plain data: the call need not look again
     if resolved.validated is not None:
         ctx.validated = (args, resolved.validated)
     del resolved  # not kept alive while the tool runs
