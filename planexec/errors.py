@@ -1,4 +1,4 @@
-"""Error kinds and the exception tree.
+"""Error kinds, the recovery actions they lead to, and the exception tree.
 
 Every failure of a step or a run has an `ErrorKind` and a message naming the step, the
 argument and the cause; it travels in `StepResult.error`, not as an exception. The
@@ -28,6 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "Action",
     "ApprovalError",
     "CassetteError",
     "CassetteMissError",
@@ -101,6 +102,19 @@ class ErrorKind(StrEnum):
     """The final mapping's values do not validate into the output type."""
     OUTPUT_UNEXPECTED = "OUTPUT_UNEXPECTED"
     """The typed output differs from the expected field values."""
+
+
+class Action(StrEnum):
+    """What the agent does about a failure."""
+
+    RERESOLVE = "RERESOLVE"
+    """Resolve the step's arguments again, with the failure as feedback."""
+    RETRY_STEP = "RETRY_STEP"
+    """Run the step again as it is (safe tools only)."""
+    REPLAN = "REPLAN"
+    """Ask the planner for a new plan; succeeded steps are kept."""
+    STOP = "STOP"
+    """End the run."""
 
 
 class PlanexecError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -29,6 +29,7 @@ __all__ = [
     "EventHandler",
     "FallbackUsed",
     "LLMCalled",
+    "ModelCall",
     "PlanCreated",
     "RecoveryDecided",
     "RunFinished",
@@ -240,6 +241,51 @@ class RunFinished(Event):
     """The finished run, from `planexec.PlanExecuteAgent` (the last event of ``stream``).
     Not recorded by the store (`planexec.store.codec.event_to_json` leaves it out: the
     store has the run's own events)."""
+
+
+_META = "planexec_"
+"""The prefix of planexec's keys in a model call's langchain metadata."""
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What one model call is for; sent with the call, read by `planexec.testing` fakes."""
+
+    purpose: str
+    """``plan``, ``resolve``, ``reason``, ``answer``, ``evaluate`` (the judge), ..."""
+    step_id: int | None = None
+    """The step the call serves (resolution, reasoning), if any."""
+    keys: tuple[str, ...] = ()
+    """For ``resolve``: the arguments the reply must fill, in order; for ``select``: the
+    candidate tools' qualified names."""
+    run_id: str = "-"
+    """The run."""
+
+    def config(self) -> dict[str, Any]:
+        """The ``RunnableConfig`` that carries this call (metadata and a run name)."""
+        return {
+            "run_name": f"planexec:{self.purpose}",
+            "metadata": {
+                f"{_META}purpose": self.purpose,
+                f"{_META}step_id": self.step_id,
+                f"{_META}keys": list(self.keys),
+                f"{_META}run_id": self.run_id,
+            },
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> ModelCall | None:
+        """The call described by a run's metadata (None if planexec did not make it)."""
+        if not metadata or f"{_META}purpose" not in metadata:
+            return None
+        step = metadata.get(f"{_META}step_id")
+        return cls(
+            purpose=str(metadata[f"{_META}purpose"]),
+            step_id=int(step) if step is not None else None,
+            keys=tuple(str(k) for k in metadata.get(f"{_META}keys") or ()),
+            run_id=str(metadata.get(f"{_META}run_id") or "-"),
+        )
+
 
 
 EventHandler = Callable[[Event], Awaitable[None] | None]
