@@ -129,7 +129,9 @@ class ModelClient:
                 if text:
                     await sink.chunk(text)
         if merged is None:
-            raise ModelError(f"model stream ({call.purpose}) ended without any chunk")
+            raise ModelError(
+                f"model stream ({call.purpose}) ended without any chunk", purpose=call.purpose
+            )
         if sink is not None:
             await sink.end()
         return merged
@@ -168,12 +170,12 @@ class ModelClient:
             ok = True
         except TimeoutError as exc:
             raise ModelTimeoutError(
-                f"model call ({purpose}) timed out after {self.timeout}s"
+                f"model call ({purpose}) timed out after {self.timeout}s", purpose=purpose
             ) from exc
         except ModelError:
             raise
         except Exception as exc:  # noqa: BLE001 - any provider error becomes ModelError
-            raise ModelError(f"model call ({purpose}) failed: {exc!r}") from exc
+            raise ModelError(f"model call ({purpose}) failed: {exc!r}", purpose=purpose) from exc
         finally:
             tokens = None
             if ok:

@@ -8,16 +8,18 @@ be done at all.
 Exception tree::
 
     PlanexecError
-    ├── PlanParseError          no usable plan in a text
+    ├── PlanParseError          no usable plan in a text (diagnostics)
     ├── ConfigError             invalid configuration (unknown keys, bad values, bad spec)
     │   └── MissingExtraError   an optional extra is not installed (also an ImportError)
-    ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools
+    ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools (source)
     ├── ModelError              a chat model call failed after its retries
+    │                           (provider, purpose, attempts)
     │   └── ModelTimeoutError   ... by exceeding its timeout
-    ├── CircuitOpenError        a circuit breaker is open: the call failed fast
+    ├── CircuitOpenError        a circuit breaker is open: the call failed fast (name, retry_in)
     ├── RunError                a run could not be started, resumed or found
-    │   ├── RunNotFoundError
+    │   ├── RunNotFoundError    (run_id)
     │   └── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
+    │                           (problems)
     ├── StoreError              the run store failed
     └── CassetteError           regression cassettes
         └── CassetteMissError   a request is not in the cassette (with a diff)
@@ -142,11 +144,37 @@ class MissingExtraError(ConfigError, ImportError):
 
 
 class ToolLoadError(PlanexecError):
-    """Tools could not be loaded from a ``MODULE:ATTR`` or an MCP configuration."""
+    """Tools could not be loaded from a ``MODULE:ATTR`` or an MCP configuration.
+
+    ``source``: what was being loaded (the ``MODULE:ATTR`` spec, the MCP server's
+    name), when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class ModelError(PlanexecError):
-    """A chat model call failed after its retries."""
+    """A chat model call failed after its retries.
+
+    ``provider``: the model's provider (its circuit breaker's name), ``purpose``: what
+    the call was for (`planexec.events.ModelCall.purpose`), ``attempts``: the attempts
+    made; each None when not known where the error was raised.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        purpose: str | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.purpose = purpose
+        self.attempts = attempts
 
 
 class ModelTimeoutError(ModelError):
@@ -167,7 +195,11 @@ class RunError(PlanexecError):
 
 
 class RunNotFoundError(RunError):
-    """No run with that id is in the store."""
+    """No run with that id is in the store (``run_id``: the id asked for, when known)."""
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class ApprovalError(RunError):

@@ -1096,7 +1096,7 @@ class SQLiteRunStore:
                  st not in (RunStatus.RUNNING, RunStatus.INTERRUPTED), now, run_id),
             )
             if cur.rowcount == 0:
-                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}", run_id=run_id)
             if st is RunStatus.RUNNING:
                 conn.execute(
                     "UPDATE runs SET pid = ?, host = ?, pid_start = ? WHERE run_id = ?",
@@ -1129,7 +1129,7 @@ class SQLiteRunStore:
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-            raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+            raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}", run_id=run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         """Return a run's record.
@@ -1143,7 +1143,7 @@ class SQLiteRunStore:
                 f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}", run_id=run_id)
             return self._record(conn, row)
 
         return self._read(read)
