@@ -14,6 +14,8 @@ import json
 from json.encoder import encode_basestring
 from typing import Any
 
+from math import isfinite
+
 from planexec import _fastpaths
 from planexec._json import json_data
 from planexec.errors import ErrorKind
@@ -267,7 +269,7 @@ def _hot_data(event: Any) -> dict[str, Any] | None:
     What the general loop gives for such fields, built at once.
     """
     run_id, ts = event.run_id, event.ts
-    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:
+    if type(run_id) is not str or type(ts) is not float or not isfinite(ts):
         return None
     t = type(event)
     if t is StepStarted:
@@ -540,7 +542,7 @@ def event_text(event: Event) -> tuple[str, str | None] | None:
     if t not in _HOT or not _fastpaths.ON:  # (`planexec._fastpaths`)
         return None
     run_id, ts = event.run_id, event.ts
-    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:
+    if type(run_id) is not str or type(ts) is not float or not isfinite(ts):
         return None
     head = f'"run_id":{encode_basestring(run_id)},"ts":{float.__repr__(ts)}'
     if t is StepStarted:
