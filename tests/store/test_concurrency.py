@@ -111,7 +111,7 @@ def test_two_processes_opening_a_new_file_at_once_both_migrate_safely(tmp_path: 
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     with SQLiteRunStore(path) as store:
-        assert store.schema_version() == SQLiteRunStore(path).schema_version() == 3
+        assert store.schema_version() == SQLiteRunStore(path).schema_version() == 4
         assert_complete(store, [f"{p}-{j}" for p in "ab" for j in range(3)])
 
 
