@@ -13,9 +13,8 @@ import dataclasses
 import hashlib
 import json
 from json.encoder import encode_basestring
-from typing import Any
-
 from math import isfinite
+from typing import Any
 
 from planexec import _fastpaths
 from planexec._json import json_data
