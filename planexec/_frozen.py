@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 
 __all__ = ["build"]
 

@@ -32,10 +32,7 @@ Exception tree::
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from planexec.store.base import Lease
+from typing import Protocol
 
 __all__ = [
     "Action",
@@ -49,6 +46,7 @@ __all__ = [
     "DecisionClaimError",
     "ErrorKind",
     "LeaseHeldError",
+    "LeaseHolder",
     "MissingExtraError",
     "ModelError",
     "ModelTimeoutError",
@@ -262,6 +260,34 @@ class AlreadyDecidedError(ApprovalError):
         """The request's state now (``decided`` or ``claimed``)."""
 
 
+class LeaseHolder(Protocol):
+    """Who holds a run's lease, as `LeaseHeldError` tells it.
+
+    `planexec.store.Lease` is one; the store's type is not imported here (errors sit
+    below the store).
+    """
+
+    @property
+    def run_id(self) -> str:
+        """The run."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """The driver holding it."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """Its process, when known."""
+        ...
+
+    @property
+    def host(self) -> str | None:
+        """Its host, when known."""
+        ...
+
+
 class LeaseHeldError(RunError):
     """Another driver holds the run's lease (one driver per run): the holder is named.
 
@@ -269,7 +295,7 @@ class LeaseHeldError(RunError):
     driver that takes the lease (execute, resume, continue).
     """
 
-    def __init__(self, message: str, *, run_id: str, holder: Lease | None) -> None:
+    def __init__(self, message: str, *, run_id: str, holder: LeaseHolder | None) -> None:
         super().__init__(message)
         self.run_id = run_id
         """The run."""

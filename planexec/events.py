@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -333,7 +333,7 @@ class EventBus:
             handlers.remove(handler)
             self._handlers = tuple(handlers)
 
-    def emit(self, event: Event) -> Awaitable[None]:
+    def emit(self, event: Event) -> Coroutine[Any, Any, None]:
         """Deliver ``event`` to every subscriber; await the result to wait for them all.
 
         Delivery starts at once: each subscriber is called in order, and when one
@@ -351,13 +351,28 @@ class EventBus:
         return _DELIVERED
 
 
-class _Delivered:
-    """The awaitable `EventBus.emit` returns when every subscriber has handled the event."""
+class _Delivered(Coroutine[Any, Any, None]):
+    """What `EventBus.emit` returns when every subscriber has handled the event.
+
+    A coroutine already at its end (stateless, so one serves every event): awaiting it,
+    or handing it to ``asyncio.run`` or ``create_task``, returns None at once.
+    """
 
     __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, None]:
         return cast("Generator[Any, None, None]", iter(()))
+
+    def send(self, value: Any) -> Any:
+        """End at once (returns None)."""
+        raise StopIteration
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise what is thrown in (nothing runs that could catch it)."""
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 _DELIVERED = _Delivered()

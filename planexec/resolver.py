@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._models import ModelClient, as_client

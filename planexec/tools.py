@@ -45,7 +45,7 @@ from langchain_core.utils.env import env_var_is_set
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import InitErrorDetails
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec._loading import load_object
 from planexec._log import logger
 from planexec.errors import ToolLoadError

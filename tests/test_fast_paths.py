@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec.approval import ApprovalDecision, ApprovalGate, ApprovalPolicy, ApprovalRequest
 from planexec.config import ExecutorSettings, RetrySettings
 from planexec.events import Event, EventBus, RunStarted
@@ -198,7 +198,12 @@ def test_random_plans_give_the_same_results_events_and_records_both_ways(plan: P
     fast, general = asyncio.run(_both_ways(plan))
     for key in fast:
         assert fast[key] == general[key], key
-    assert set(fast["results"]) == {s.id for s in plan.steps}
+    # every step has a result, but those held behind a step waiting for approval
+    missing = {s.id for s in plan.steps} - set(fast["results"])
+    waiting = {sid for sid, r in fast["results"].items() if r["status"] == "WAITING_APPROVAL"}
+    for s in plan.steps:
+        if s.id in missing:
+            assert s.deps & (waiting | missing), s.id
 
 
 async def test_the_general_path_is_taken_when_the_switch_is_off(

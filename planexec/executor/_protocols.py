@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec.errors import ErrorKind
 from planexec.results import StepError
 from planexec.tools import ToolSpec, direct_coroutine, invoke_tool

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec._log import step_log
 from planexec._text import as_text, cut
 from planexec.events import FallbackUsed

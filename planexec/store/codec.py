@@ -16,7 +16,7 @@ from json.encoder import encode_basestring
 from math import isfinite
 from typing import Any
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec._json import json_data
 from planexec.errors import ErrorKind
 from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from planexec import _fastpaths
+import planexec._fastpaths as _fastpaths
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
 from planexec.events import Event, EventBus, StepFinished, StepStarted, ToolCallStarted
