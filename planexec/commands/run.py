@@ -201,7 +201,9 @@ def run_command(args: argparse.Namespace) -> int:
             runtime = Runtime(model, catalog, config)
             # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
             trace = await runtime.start_trace(None, run_id=run_id, question="")
-            executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
+            executor = runtime.open_run(
+                run_id=run_id, usage=usage, bus=bus, trace=trace, store=store
+            ).executor
             results = await execute_recorded(
                 executor, plan, text, bus=bus, store=store, config=recorded
             )

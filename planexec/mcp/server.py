@@ -93,6 +93,7 @@ __all__ = [
     "host_header",
     "is_loopback",
     "serve",
+    "tools_only",
     "tools_server",
 ]
 
@@ -414,6 +415,16 @@ class _StrictTool(MCPServerTool):
 
     accepted_args: frozenset[str] | None = None
     check_args: bool = True
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Say in the input schema what `run` enforces: ``additionalProperties: false``.
+
+        (Only for a tool that refuses unknown arguments; a schema that already says
+        something about additional properties is left as it is.)
+        """
+        super().model_post_init(context)
+        if self.check_args and "additionalProperties" not in self.parameters:
+            self.parameters = {**self.parameters, "additionalProperties": False}
 
     async def run(
         self, arguments: dict[str, Any], context: Any, convert_result: bool = False
@@ -765,13 +776,38 @@ def tools_server(
     from planexec.tools import ToolCatalog
 
     catalog = ToolCatalog(list(tools))
-    return MCPServer(
-        name,
-        instructions=instructions,
-        version=_version(),
-        log_level="WARNING",
-        tools=_exposed_tools(catalog),
+    return tools_only(
+        MCPServer(
+            name,
+            instructions=instructions,
+            version=_version(),
+            log_level="WARNING",
+            tools=_exposed_tools(catalog),
+            subscriptions=False,
+        )
     )
+
+
+_NOT_SERVED = ("prompts/", "resources/", "completion/")
+"""Methods planexec's servers do not serve (they have no prompts and no resources)."""
+
+
+def tools_only(server: MCPServer[Any]) -> MCPServer[Any]:
+    """Advertise only what planexec serves: tools (no prompts, resources, completions).
+
+    ``MCPServer`` registers prompt and resource handlers whether or not any prompt or
+    resource is added, and a server's capabilities follow its handlers; planexec's
+    servers have neither, so their handlers are removed (a client that asks gets
+    method-not-found, as for any method not served). Built with ``subscriptions=False``
+    the server also does not advertise ``listChanged`` (its tool list never changes).
+
+    Returns:
+        The same server.
+    """
+    handlers = server._lowlevel_server._request_handlers  # the SDK has no public remover
+    for method in [m for m in handlers if m.startswith(_NOT_SERVED)]:
+        del handlers[method]
+    return server
 
 
 # --------------------------------------------------------------------------- server
@@ -982,7 +1018,9 @@ def build_server(
         usage = Usage()
         # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
         trace = await runtime.start_trace(None, run_id=run_id, question="")
-        executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
+        executor = runtime.open_run(
+            run_id=run_id, usage=usage, bus=bus, trace=trace, store=store
+        ).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
         recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
         results = await execute_recorded(
@@ -1206,12 +1244,15 @@ def build_server(
         visible(run_id, "get_run")
         return _model_result(await _load_run(store, run_id, offset, limit))
 
-    return MCPServer(
-        name,
-        instructions=SERVER_INSTRUCTIONS,
-        version=_version(),
-        log_level="WARNING",
-        tools=(_exposed_tools(catalog) if expose_tools else []) + own_tools,
+    return tools_only(
+        MCPServer(
+            name,
+            instructions=SERVER_INSTRUCTIONS,
+            version=_version(),
+            log_level="WARNING",
+            tools=(_exposed_tools(catalog) if expose_tools else []) + own_tools,
+            subscriptions=False,
+        )
     )
 
 
