@@ -16,6 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+import planexec._fastpaths as _fastpaths
+
 __all__ = ["build"]
 
 T = TypeVar("T")
@@ -50,6 +52,8 @@ def build(cls: type[T], fields: dict[str, Any]) -> T:
         TypeError: a field that does not exist, or a required one missing (as the
             constructor raises it: it is then called).
     """
+    if not _fastpaths.ON:  # the general path (`planexec._fastpaths`)
+        return cls(**fields)
     plain, factories, required, names = _fields(cast(type, cls))
     if not fields.keys() <= names or not required <= fields.keys():
         return cls(**fields)

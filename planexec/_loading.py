@@ -51,26 +51,32 @@ def load_object(spec: str) -> Any:
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ToolLoadError(f"expected MODULE:ATTR, got {spec!r}")
+        raise ToolLoadError(f"expected MODULE:ATTR, got {spec!r}", source=spec)
     cwd = os.getcwd()
     if cwd not in sys.path:  # like uvicorn: a module beside the user is importable
         sys.path.insert(0, cwd)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ToolLoadError(f"cannot import module {module_name!r}: {exc}") from exc
+        raise ToolLoadError(
+            f"cannot import module {module_name!r}: {exc}", source=spec
+        ) from exc
     except SyntaxError as exc:  # the person's module, not planexec: say where
         raise ToolLoadError(
             f"module {module_name!r} has a syntax error: {exc.msg} "
-            f"({exc.filename}, line {exc.lineno})"
+            f"({exc.filename}, line {exc.lineno})",
+            source=spec,
         ) from exc
     except Exception as exc:  # raised by the module's own code while it was imported
         raise ToolLoadError(
-            f"module {module_name!r} raised {type(exc).__name__} on import: {exc}"
+            f"module {module_name!r} raised {type(exc).__name__} on import: {exc}",
+            source=spec,
         ) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
-            raise ToolLoadError(f"module {module_name!r} has no attribute {attr!r}") from exc
+            raise ToolLoadError(
+                f"module {module_name!r} has no attribute {attr!r}", source=spec
+            ) from exc
     return obj

@@ -20,14 +20,13 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from planexec.errors import ModelError, ModelTimeoutError
-from planexec.events import EventBus, LLMCalled
+from planexec.events import EventBus, LLMCalled, ModelCall
 from planexec.results import Usage
 
 if TYPE_CHECKING:
@@ -35,47 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelCall", "ModelClient", "ReplySink", "as_client", "message_text"]
 
-_META = "planexec_"
-
-
-@dataclass(frozen=True)
-class ModelCall:
-    """What one model call is for; sent with the call, read by `planexec.testing` fakes."""
-
-    purpose: str
-    """``plan``, ``resolve``, ``reason``, ``answer``, ``evaluate`` (the judge), ..."""
-    step_id: int | None = None
-    """The step the call serves (resolution, reasoning), if any."""
-    keys: tuple[str, ...] = ()
-    """For ``resolve``: the arguments the reply must fill, in order; for ``select``: the
-    candidate tools' qualified names."""
-    run_id: str = "-"
-    """The run."""
-
-    def config(self) -> dict[str, Any]:
-        """The ``RunnableConfig`` that carries this call (metadata and a run name)."""
-        return {
-            "run_name": f"planexec:{self.purpose}",
-            "metadata": {
-                f"{_META}purpose": self.purpose,
-                f"{_META}step_id": self.step_id,
-                f"{_META}keys": list(self.keys),
-                f"{_META}run_id": self.run_id,
-            },
-        }
-
-    @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> ModelCall | None:
-        """The call described by a run's metadata (None if planexec did not make it)."""
-        if not metadata or f"{_META}purpose" not in metadata:
-            return None
-        step = metadata.get(f"{_META}step_id")
-        return cls(
-            purpose=str(metadata[f"{_META}purpose"]),
-            step_id=int(step) if step is not None else None,
-            keys=tuple(str(k) for k in metadata.get(f"{_META}keys") or ()),
-            run_id=str(metadata.get(f"{_META}run_id") or "-"),
-        )
 
 
 class ReplySink(Protocol):
@@ -171,7 +129,9 @@ class ModelClient:
                 if text:
                     await sink.chunk(text)
         if merged is None:
-            raise ModelError(f"model stream ({call.purpose}) ended without any chunk")
+            raise ModelError(
+                f"model stream ({call.purpose}) ended without any chunk", purpose=call.purpose
+            )
         if sink is not None:
             await sink.end()
         return merged
@@ -210,12 +170,12 @@ class ModelClient:
             ok = True
         except TimeoutError as exc:
             raise ModelTimeoutError(
-                f"model call ({purpose}) timed out after {self.timeout}s"
+                f"model call ({purpose}) timed out after {self.timeout}s", purpose=purpose
             ) from exc
         except ModelError:
             raise
         except Exception as exc:  # noqa: BLE001 - any provider error becomes ModelError
-            raise ModelError(f"model call ({purpose}) failed: {exc!r}") from exc
+            raise ModelError(f"model call ({purpose}) failed: {exc!r}", purpose=purpose) from exc
         finally:
             tokens = None
             if ok:

@@ -38,8 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planexec._ray_settings import RaySettings
-from planexec.errors import ConfigError, ErrorKind
-from planexec.recovery import Action
+from planexec.errors import Action, ConfigError, ErrorKind
 
 if TYPE_CHECKING:
     from planexec.resilience import RetryPolicy

@@ -1,4 +1,4 @@
-"""Error kinds and the exception tree.
+"""Error kinds, the recovery actions they lead to, and the exception tree.
 
 Every failure of a step or a run has an `ErrorKind` and a message naming the step, the
 argument and the cause; it travels in `StepResult.error`, not as an exception. The
@@ -8,21 +8,23 @@ be done at all.
 Exception tree::
 
     PlanexecError
-    ├── PlanParseError          no usable plan in a text
+    ├── PlanParseError          no usable plan in a text (diagnostics)
     ├── ConfigError             invalid configuration (unknown keys, bad values, bad spec)
     │   └── MissingExtraError   an optional extra is not installed (also an ImportError)
-    ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools
+    ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools (source)
     ├── ToolCallFailure         raised BY a tool to say how its call failed (typed, for retries)
     │   ├── ToolArgumentsError  the tool or its server refused the arguments: ARGS_INVALID,
     │   │                       never retried (an MCP server's -32602 invalid params)
     │   └── RetryableToolError  a transient failure: another attempt may succeed
     ├── ModelError              a chat model call failed after its retries
+    │                           (provider, purpose, attempts)
     │   └── ModelTimeoutError   ... by exceeding its timeout
-    ├── CircuitOpenError        a circuit breaker is open: the call failed fast
+    ├── CircuitOpenError        a circuit breaker is open: the call failed fast (name, retry_in)
     ├── RunError                a run could not be started, resumed or found
-    │   ├── RunNotFoundError
+    │   ├── RunNotFoundError    (run_id)
     │   ├── RunCancelledError   the run was cancelled: it does not resume
     │   ├── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
+    │   │   │                   (problems)
     │   │   └── AlreadyDecidedError   another decider was first (who, when, what)
     │   ├── LeaseHeldError      another live driver holds the run's lease (which one)
     │   └── DecisionClaimError  no decision allows this call (``refusal`` says why)
@@ -34,12 +36,10 @@ Exception tree::
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from planexec.store.base import Lease
+from typing import Protocol
 
 __all__ = [
+    "Action",
     "AlreadyDecidedError",
     "ApprovalError",
     "CassetteError",
@@ -50,6 +50,7 @@ __all__ = [
     "DecisionClaimError",
     "ErrorKind",
     "LeaseHeldError",
+    "LeaseHolder",
     "MissingExtraError",
     "ModelError",
     "ModelTimeoutError",
@@ -123,6 +124,19 @@ class ErrorKind(StrEnum):
     """The typed output differs from the expected field values."""
 
 
+class Action(StrEnum):
+    """What the agent does about a failure."""
+
+    RERESOLVE = "RERESOLVE"
+    """Resolve the step's arguments again, with the failure as feedback."""
+    RETRY_STEP = "RETRY_STEP"
+    """Run the step again as it is (safe tools only)."""
+    REPLAN = "REPLAN"
+    """Ask the planner for a new plan; succeeded steps are kept."""
+    STOP = "STOP"
+    """End the run."""
+
+
 class PlanexecError(Exception):
     """Base class of every exception planexec raises on purpose."""
 
@@ -148,7 +162,15 @@ class MissingExtraError(ConfigError, ImportError):
 
 
 class ToolLoadError(PlanexecError):
-    """Tools could not be loaded from a ``MODULE:ATTR`` or an MCP configuration."""
+    """Tools could not be loaded from a ``MODULE:ATTR`` or an MCP configuration.
+
+    ``source``: what was being loaded (the ``MODULE:ATTR`` spec, the MCP server's
+    name), when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class ToolCallFailure(PlanexecError):
@@ -175,7 +197,25 @@ class RetryableToolError(ToolCallFailure, RuntimeError):
 
 
 class ModelError(PlanexecError):
-    """A chat model call failed after its retries."""
+    """A chat model call failed after its retries.
+
+    ``provider``: the model's provider (its circuit breaker's name), ``purpose``: what
+    the call was for (`planexec.events.ModelCall.purpose`), ``attempts``: the attempts
+    made; each None when not known where the error was raised.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        purpose: str | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.purpose = purpose
+        self.attempts = attempts
 
 
 class ModelTimeoutError(ModelError):
@@ -196,7 +236,11 @@ class RunError(PlanexecError):
 
 
 class RunNotFoundError(RunError):
-    """No run with that id is in the store."""
+    """No run with that id is in the store (``run_id``: the id asked for, when known)."""
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class RunCancelledError(RunError):
@@ -246,6 +290,34 @@ class AlreadyDecidedError(ApprovalError):
         """The request's state now (``decided`` or ``claimed``)."""
 
 
+class LeaseHolder(Protocol):
+    """Who holds a run's lease, as `LeaseHeldError` tells it.
+
+    `planexec.store.Lease` is one; the store's type is not imported here (errors sit
+    below the store).
+    """
+
+    @property
+    def run_id(self) -> str:
+        """The run."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """The driver holding it."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """Its process, when known."""
+        ...
+
+    @property
+    def host(self) -> str | None:
+        """Its host, when known."""
+        ...
+
+
 class LeaseHeldError(RunError):
     """Another driver holds the run's lease (one driver per run): the holder is named.
 
@@ -253,7 +325,7 @@ class LeaseHeldError(RunError):
     driver that takes the lease (execute, resume, continue).
     """
 
-    def __init__(self, message: str, *, run_id: str, holder: Lease | None) -> None:
+    def __init__(self, message: str, *, run_id: str, holder: LeaseHolder | None) -> None:
         super().__init__(message)
         self.run_id = run_id
         """The run."""

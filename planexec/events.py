@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from planexec._frozen import build
 from planexec.errors import ErrorKind
@@ -29,6 +29,7 @@ __all__ = [
     "EventHandler",
     "FallbackUsed",
     "LLMCalled",
+    "ModelCall",
     "PlanCreated",
     "RecoveryDecided",
     "RunCancelRequested",
@@ -256,6 +257,51 @@ class RunFinished(Event):
     store has the run's own events)."""
 
 
+_META = "planexec_"
+"""The prefix of planexec's keys in a model call's langchain metadata."""
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What one model call is for; sent with the call, read by `planexec.testing` fakes."""
+
+    purpose: str
+    """``plan``, ``resolve``, ``reason``, ``answer``, ``evaluate`` (the judge), ..."""
+    step_id: int | None = None
+    """The step the call serves (resolution, reasoning), if any."""
+    keys: tuple[str, ...] = ()
+    """For ``resolve``: the arguments the reply must fill, in order; for ``select``: the
+    candidate tools' qualified names."""
+    run_id: str = "-"
+    """The run."""
+
+    def config(self) -> dict[str, Any]:
+        """The ``RunnableConfig`` that carries this call (metadata and a run name)."""
+        return {
+            "run_name": f"planexec:{self.purpose}",
+            "metadata": {
+                f"{_META}purpose": self.purpose,
+                f"{_META}step_id": self.step_id,
+                f"{_META}keys": list(self.keys),
+                f"{_META}run_id": self.run_id,
+            },
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> ModelCall | None:
+        """The call described by a run's metadata (None if planexec did not make it)."""
+        if not metadata or f"{_META}purpose" not in metadata:
+            return None
+        step = metadata.get(f"{_META}step_id")
+        return cls(
+            purpose=str(metadata[f"{_META}purpose"]),
+            step_id=int(step) if step is not None else None,
+            keys=tuple(str(k) for k in metadata.get(f"{_META}keys") or ()),
+            run_id=str(metadata.get(f"{_META}run_id") or "-"),
+        )
+
+
+
 EventHandler = Callable[[Event], Awaitable[None] | None]
 """A subscriber: a function of an event, sync or async."""
 
@@ -287,29 +333,49 @@ class EventBus:
             handlers.remove(handler)
             self._handlers = tuple(handlers)
 
-    async def emit(self, event: Event) -> None:
-        """Deliver ``event`` to every subscriber; returns when all have handled it.
+    def emit(self, event: Event) -> Coroutine[Any, Any, None]:
+        """Deliver ``event`` to every subscriber; await the result to wait for them all.
 
-        Subscribers added or removed while an event is delivered take effect from the next
-        event.
-        """
-        rest = self.deliver(event)
-        if rest is not None:
-            await rest
-
-    def deliver(self, event: Event) -> Awaitable[None] | None:
-        """Deliver ``event`` now as far as no subscriber needs waiting for.
-
-        Returns None when every subscriber has handled it; else what is left to await
-        (that subscriber's awaitable, then the subscribers after it, in order). `emit`
-        is ``await`` of this; a producer on a hot path awaits only when it must.
+        Delivery starts at once: each subscriber is called in order, and when one
+        returns an awaitable (an async subscriber, or a sync one that must be waited
+        for), the rest of the delivery is that awaitable, then the subscribers after it,
+        in order. When nobody needs waiting for, the result is an awaitable that is
+        already done (awaiting it costs no coroutine). Subscribers added or removed
+        while an event is delivered take effect from the next event.
         """
         handlers = self._handlers
         for i, handler in enumerate(handlers):
             out = handler(event)
             if out is not None and inspect.isawaitable(out):
                 return _deliver_rest(event, out, handlers[i + 1 :])
-        return None
+        return _DELIVERED
+
+
+class _Delivered(Coroutine[Any, Any, None]):
+    """What `EventBus.emit` returns when every subscriber has handled the event.
+
+    A coroutine already at its end (stateless, so one serves every event): awaiting it,
+    or handing it to ``asyncio.run`` or ``create_task``, returns None at once.
+    """
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return cast("Generator[Any, None, None]", iter(()))
+
+    def send(self, value: Any) -> Any:
+        """End at once (returns None)."""
+        raise StopIteration
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise what is thrown in (nothing runs that could catch it)."""
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+_DELIVERED = _Delivered()
 
 
 async def _deliver_rest(

@@ -31,10 +31,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from planexec.errors import ErrorKind
+from planexec.errors import Action, ErrorKind
 from planexec.results import StepError, StepResult
 
 if TYPE_CHECKING:
@@ -50,19 +49,6 @@ __all__ = [
     "RecoveryState",
     "combine_decisions",
 ]
-
-
-class Action(StrEnum):
-    """What the agent does about a failure."""
-
-    RERESOLVE = "RERESOLVE"
-    """Resolve the step's arguments again, with the failure as feedback."""
-    RETRY_STEP = "RETRY_STEP"
-    """Run the step again as it is (safe tools only)."""
-    REPLAN = "REPLAN"
-    """Ask the planner for a new plan; succeeded steps are kept."""
-    STOP = "STOP"
-    """End the run."""
 
 
 _SEVERITY = {Action.RERESOLVE: 0, Action.RETRY_STEP: 0, Action.REPLAN: 1, Action.STOP: 2}

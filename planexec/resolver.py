@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
+import planexec._fastpaths as _fastpaths
 from planexec._json import non_finite
 from planexec._log import level_of, step_log
 from planexec._models import ModelClient, as_client
@@ -126,6 +127,9 @@ class ResolvedArgs:
     validated: BaseModel | None = field(default=None, compare=False, repr=False)
     """``args`` validated by the tool's schema (`planexec.tools.ToolSpec.parse`), for
     the call (not validated again); None for a reasoning step."""
+    plain: bool = field(default=False, compare=False, repr=False)
+    """Whether ``args`` are plain JSON data (the quick resolution's): no NaN or
+    infinity in them, nothing for the caller to look for again."""
 
 
 @dataclass(frozen=True)
@@ -742,28 +746,6 @@ class ArgResolver:
         """The filter tier: ``off``, ``explicit`` (the grammar) or ``prose`` (and its
         prose form)."""
 
-    def resolve_at_once(
-        self,
-        step: Step,
-        spec: ToolSpec | None,
-        results: Mapping[int, StepResult],
-        *,
-        feedback: StepError | None = None,
-        bus: EventBus | None = None,
-    ) -> ResolvedArgs | None:
-        """What `resolve` gives when it needs nothing to wait for, else None.
-
-        Every argument a literal scalar or a whole-value reference to a step that
-        succeeded, fitting its field as it is (the fast path), no feedback, and no one
-        listening on ``bus`` for `ArgResolved` events. None: await `resolve`.
-
-        Its values are plain JSON data (`planexec.results.plain_json_size`): no NaN or
-        infinity in them.
-        """
-        if feedback is not None or spec is None or (bus is not None and bus.listening):
-            return None
-        return _quick_resolution(step, spec, results)
-
     async def resolve(
         self,
         step: Step,
@@ -792,7 +774,7 @@ class ArgResolver:
         Returns:
             The resolved arguments, or why they could not be resolved.
         """
-        if feedback is None and spec is not None:
+        if feedback is None and spec is not None and _fastpaths.ON:
             quick = _quick_resolution(step, spec, results)
             if quick is not None:
                 if bus is not None and bus.listening:
@@ -836,7 +818,7 @@ def _quick_resolution(
         validated = spec.parse(values)
     except ValidationError:
         return None  # the full resolution says which arguments and why
-    return ResolvedArgs(args=values, methods=methods, validated=validated)
+    return ResolvedArgs(args=values, methods=methods, validated=validated, plain=True)
 
 
 def _succeeded(ref: Ref, results: Mapping[int, StepResult]) -> bool:

@@ -53,10 +53,10 @@ import dataclasses
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from planexec._log import run_log, step_log
 from planexec.approval import (
@@ -103,13 +103,18 @@ from planexec.store.base import (
 from planexec.store.reading import run_from_store
 
 if TYPE_CHECKING:
-    from planexec.agent import PlanExecuteAgent
+    from planexec.approval import ApprovalDecision
+    from planexec.events import EventHandler
     from planexec.executor import Executor
+    from planexec.planner import Planner
+    from planexec.results import PlanAttempt
+    from planexec.tools import ToolCatalog
 
 __all__ = [
     "TOOL_SOURCE_KEY",
     "Execute",
     "ResumePlan",
+    "ResumingAgent",
     "StampedStore",
     "catalog_is_safe",
     "continue_run",
@@ -130,6 +135,37 @@ __all__ = [
 # ------------------------------------------------------------------------- resume
 
 _UNSURE_KINDS = frozenset({ErrorKind.TOOL_TIMEOUT, ErrorKind.CANCELLED})
+
+
+class ResumingAgent(Protocol):
+    """What `resume_run` needs of the agent (`planexec.PlanExecuteAgent` is one)."""
+
+    catalog: ToolCatalog
+    store: RunStore | None
+    planner: Planner | None
+
+    async def run(
+        self, question: str, *, run_id: str | None = None,
+        event_handlers: Sequence[EventHandler] = (),
+    ) -> Run:
+        """Answer ``question`` as a new run."""
+        ...
+
+    async def continue_plan(
+        self,
+        question: str,
+        attempts: Sequence[PlanAttempt],
+        *,
+        run_id: str,
+        version: int | None = None,
+        prior: Mapping[int, StepResult] | None = None,
+        announce: Sequence[Event] = (),
+        event_handlers: Sequence[EventHandler] = (),
+        store: Any = None,
+        owner: str | None = None,
+    ) -> Run:
+        """Continue a run at a plan version already made."""
+        ...
 
 
 def force_hint(run_id: str) -> str:
@@ -513,7 +549,7 @@ def catalog_is_safe(catalog: Any) -> Callable[[str], bool]:
 
 
 async def resume_run(
-    agent: PlanExecuteAgent,
+    agent: ResumingAgent,
     store: RunStore,
     run_id: str,
     rerun_unsafe: bool = False,
@@ -545,7 +581,7 @@ async def resume_run(
 
 
 async def _resume_run(
-    agent: PlanExecuteAgent,
+    agent: ResumingAgent,
     store: RunStore,
     run_id: str,
     rerun_unsafe: bool,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -33,6 +32,7 @@ from pydantic import ValidationError
 
 from planexec._text import as_text, cut
 from planexec.errors import ErrorKind
+from planexec.executor import SelectionFailure, ToolChoice
 from planexec.grounding import OutputIndex
 from planexec.parsing.jsonrepair import extract_json_object
 from planexec.parsing.refs import contains_placeholder
@@ -64,50 +64,6 @@ SELECT_SYSTEM = (
 
 _AFFIXES = ("agent", "server", "tools", "tool")
 """Words stripped from the end of an agent or server name when matching server names."""
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """The tool selected for a step, with its validated arguments."""
-
-    spec: ToolSpec
-    """The chosen tool."""
-    args: dict[str, Any]
-    """Its arguments, validated against the tool's schema."""
-    candidates: tuple[str, ...]
-    """The qualified names of the tools it was chosen among."""
-    scope: str
-    """Where the candidates came from, in words (``server 'iot'``, ``the whole catalog``)."""
-    llm_calls: int = 1
-    """Model calls made (1, or 2 after a retry)."""
-
-    @property
-    def note(self) -> str:
-        """A remark for the step's result naming the choice (``tool selected: ...``)."""
-        return (
-            f"tool selected: {self.spec.qualified_name} (chosen by the model among "
-            f"{len(self.candidates)} tool(s) of {self.scope})"
-        )
-
-
-@dataclass(frozen=True)
-class SelectionFailure:
-    """Why no tool was selected for a step. No tool is called."""
-
-    kind: ErrorKind
-    """``TOOL_SELECTION_FAILED``."""
-    message: str
-    """For people: names the step, the agent or server and the problem."""
-    llm_calls: int = 0
-    """Model calls made before failing."""
-    cause: str | None = None
-    """The problem in its own words (a validation error, the model's reason)."""
-    reply: str | None = None
-    """The last reply, cut, when one was unusable."""
-
-    def to_error(self) -> StepError:
-        """The failure as the step's `StepError`."""
-        return StepError(self.kind, self.message, cause=self.cause)
 
 
 def _norm(name: str) -> str:

@@ -45,6 +45,7 @@ from langchain_core.utils.env import env_var_is_set
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import InitErrorDetails
 
+import planexec._fastpaths as _fastpaths
 from planexec._loading import load_object
 from planexec._log import logger
 from planexec.errors import ToolLoadError
@@ -713,7 +714,7 @@ async def invoke_tool(
         callbacks: `callbacks_around` as the caller found it in this context (the
             executor asks once per run); None: asked here.
     """
-    fast = spec.direct if direct and config is None else None
+    fast = spec.direct if direct and config is None and _fastpaths.ON else None
     if fast is not None and not (callbacks_around() if callbacks is None else callbacks):
         return await fast.call(args, validated)
     tool = spec.tool
@@ -1078,7 +1079,7 @@ def check_output(raw: Any, *, limit: int | None = None) -> tuple[Any, Any, list[
     if limit is not None and isinstance(raw, str) and len(raw) > limit:
         raise ToolOutputError(_too_large(len(raw), limit))
     output, raw_out = normalize_output(raw)
-    bound = plain_json_size(output)
+    bound = plain_json_size(output) if _fastpaths.ON else None
     if bound is not None and (limit is None or isinstance(raw, str) or bound <= limit):
         return output, raw_out, []  # plain JSON data, surely within the limit: as it is
     encoded = encode_json(output)

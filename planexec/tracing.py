@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from langchain_core.callbacks import Callbacks
     from langchain_core.outputs import LLMResult
 
-    from planexec._models import ModelCall
+    from planexec.events import ModelCall
     from planexec.results import StepResult
 
 __all__ = [

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Awaitable
 from pathlib import Path
 
+import pytest
+
 from planexec.events import Event, EventBus, StepStarted
 from planexec.store import MemoryRunStore, SQLiteRunStore
 
@@ -73,14 +75,16 @@ async def test_attach_subscribes_a_subclass_own_handle(tmp_path: Path) -> None:
     sqlite.close()
 
 
-def test_deliver_needs_no_await_when_no_subscriber_waits() -> None:
+def test_emit_delivers_at_once_when_no_subscriber_waits() -> None:
     seen: list[int] = []
     bus = EventBus([lambda e: seen.append(1), lambda e: seen.append(2)])
-    assert bus.deliver(StepStarted(run_id="r", step_id=1, tool="t")) is None
-    assert seen == [1, 2]
+    done = bus.emit(StepStarted(run_id="r", step_id=1, tool="t"))
+    assert seen == [1, 2]  # delivered before anything is awaited
+    with pytest.raises(StopIteration):  # and what is returned is already done
+        next(iter(done.__await__()))
 
 
-async def test_deliver_stops_at_a_subscriber_that_waits_and_the_rest_follow_in_order() -> None:
+async def test_emit_stops_at_a_subscriber_that_waits_and_the_rest_follow_in_order() -> None:
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     seen: list[str] = []
 
@@ -92,8 +96,8 @@ async def test_deliver_stops_at_a_subscriber_that_waits_and_the_rest_follow_in_o
         seen.append("after")
 
     bus = EventBus([waits, after])
-    rest = bus.deliver(StepStarted(run_id="r", step_id=1, tool="t"))
-    assert rest is not None and seen == ["waits"]  # the next one waits for the first
+    rest = bus.emit(StepStarted(run_id="r", step_id=1, tool="t"))
+    assert seen == ["waits"]  # the next one waits for the first
     task = asyncio.ensure_future(rest)
     await asyncio.sleep(0)
     assert seen == ["waits"]

@@ -112,11 +112,15 @@ def resolve(mod: Module, level: int, target: str | None) -> str | None:
     return package
 
 
-def walk_imports(mod: Module) -> Iterator[Import]:
-    """Every executed import of ``mod`` (not under ``if TYPE_CHECKING:``)."""
+def walk_imports(mod: Module, *, type_checking: bool = False) -> Iterator[Import]:
+    """Every executed import of ``mod`` (``type_checking``: and those under ``if
+    TYPE_CHECKING:``, which a type checker follows)."""
+
+    # a package's own TYPE_CHECKING block declares its lazy re-exports (rule 6)
+    follow = type_checking and not mod.is_package
 
     def visit(node: ast.AST, in_getattr: bool) -> Iterator[Import]:
-        if isinstance(node, ast.If) and is_type_checking(node.test):
+        if isinstance(node, ast.If) and is_type_checking(node.test) and not follow:
             for child in node.orelse:
                 yield from visit(child, in_getattr)
             return
@@ -201,12 +205,15 @@ class Graph:
         return f"{self.modules[src].path.relative_to(self.root)}:{line}"
 
 
-def build_graph(root: Path = ROOT, top: str = TOP) -> Graph:
-    """The import graph of the package ``top`` under ``root`` (rules in the docstring)."""
+def build_graph(root: Path = ROOT, top: str = TOP, *, type_checking: bool = False) -> Graph:
+    """The import graph of the package ``top`` under ``root`` (rules in the docstring).
+
+    ``type_checking``: imports under ``if TYPE_CHECKING:`` are edges too.
+    """
     modules = load_modules(root, top)
     graph = Graph(root, modules)
     for mod in modules.values():
-        for imp in walk_imports(mod):
+        for imp in walk_imports(mod, type_checking=type_checking):
             base = imp.module
             if base is None or not (base == top or base.startswith(top + ".")):
                 continue
@@ -378,6 +385,20 @@ def test_no_import_cycles() -> None:
     assert not components, "import cycles in planexec:\n" + "\n".join(report)
 
 
+def test_no_import_cycles_counting_type_checking_imports() -> None:
+    """A type-only cycle is a cycle of the design (each module needs the other's
+    types): none, the imports under ``if TYPE_CHECKING:`` counted as edges."""
+    graph = build_graph(type_checking=True)
+    components = strongly_connected(graph.edges, list(graph.modules))
+    report = []
+    for component in components:
+        report.append(f"cycle among {', '.join(component)}:")
+        report.extend(describe(graph, c) for c in simple_cycles(graph.edges, component))
+    assert not components, "import cycles in planexec (type-only ones too):\n" + "\n".join(
+        report
+    )
+
+
 def test_no_private_names_imported_from_other_modules() -> None:
     graph = build_graph()
     assert not graph.private, "private names imported across modules:\n" + "\n".join(
@@ -431,3 +452,19 @@ def test_reading_a_plan_does_not_import_pydantic() -> None:
 def test_the_executor_does_import_langchain() -> None:
     """The probe can fail: the tool catalog is built on langchain-core tools."""
     assert "langchain_core" in loaded_after("planexec.executor", ("langchain_core",))
+
+
+def test_the_executor_loads_no_planner_selection_reasoning_or_agent() -> None:
+    """The executor's protocols carry their own types (`ToolChoice`, `SelectionFailure`):
+    importing it loads none of the model-backed step helpers nor the agent."""
+    heavy = (
+        "planexec.planner",
+        "planexec.reasoning",
+        "planexec.selection",
+        "planexec.agent",
+        "planexec.runtime",
+        "planexec.models",
+        "planexec.evaluation",
+    )
+    assert loaded_after("planexec.executor", heavy) == []
+    assert "planexec.planner" in loaded_after("planexec.selection", heavy)  # the probe can fail

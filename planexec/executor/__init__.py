@@ -74,6 +74,8 @@ from planexec.executor._protocols import (
     Guard,
     LocalToolRunner,
     Reasoner,
+    SelectionFailure,
+    ToolChoice,
     ToolRunner,
     ToolSelector,
 )
@@ -88,6 +90,8 @@ __all__ = [
     "Guard",
     "LocalToolRunner",
     "Reasoner",
+    "SelectionFailure",
+    "ToolChoice",
     "ToolRunner",
     "ToolSelector",
 ]

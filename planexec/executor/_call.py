@@ -40,7 +40,7 @@ from planexec._text import as_text, cut
 from planexec.approval import ApprovalAction
 from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind
 from planexec.events import ToolCallStarted
-from planexec.executor._protocols import LocalToolRunner
+from planexec.executor._protocols import call_options
 from planexec.executor._state import (
     AttemptFailed,
     RunState,
@@ -60,7 +60,6 @@ from planexec.tools import (
     ToolOutputError,
     ToolSpec,
     check_output,
-    direct_coroutine,
     error_payload,
     sync_only,
 )
@@ -110,7 +109,7 @@ async def _make_call(
     settings = tool_settings(run, spec)
     policy, slots = settings[3], settings[4]
     try:
-        if policy.attempts <= 1 and slots is None:  # one attempt: what retry_async does
+        if run.fast and policy.attempts <= 1 and slots is None:  # one attempt: retry_async's
             output, raw_out = await attempt(run, ctx, spec, args, settings)
         else:
             output, raw_out = await attempts(run, ctx, spec, args, settings)
@@ -435,9 +434,8 @@ async def attempt(
                 run.usage.tool_calls -= 1
                 raise StepFailed(StepStatus.WAITING_APPROVAL, None, str(exc), error=None,
                                  note=f"waiting for approval: {exc}", args=args) from exc
-        rest = bus.deliver(start) if bus.listening else None
-        if rest is not None:  # e.g. the run store commits an unsafe call's start
-            await rest
+        if bus.listening:  # e.g. the run store commits an unsafe call's start
+            await bus.emit(start)
     # ================================================================
     try:
         call = _tool_call(run, ctx, spec, args, timeout)
@@ -551,21 +549,21 @@ def _tool_call(
     """
     step, validated = ctx.step, ctx.validated
     ctx.validated = None  # used once: not kept alive while the tool runs (a retry validates)
-    runner = run.runner
-    if type(runner) is LocalToolRunner:
-        trace = run.trace
-        config = trace.tool_config(step.id, spec.name) if trace is not None else None
-        # the resolver's validation, when it is of these very arguments
-        model = validated[1] if validated is not None and validated[0] is args else None
-        direct = None if config is not None or not run.runner_own else direct_coroutine(
-            spec, args, validated=model, callbacks=run.callbacks
-        )  # the tool's own coroutine: no wrapper to pass every turn through
-        coro = direct if direct is not None else runner.call(
-            spec, args, config=config, validated=model, callbacks=run.callbacks
+    trace = run.trace
+    # what the runner may use of this call (`call_options`): the trace's config, the
+    # resolver's validation when it is of these very arguments, the callbacks around
+    token = call_options.set(
+        (
+            trace.tool_config(step.id, spec.name) if trace is not None else None,
+            validated[1] if validated is not None and validated[0] is args else None,
+            run.callbacks,
         )
-    else:
-        coro = runner.call(spec, args)
-    if timeout is None and type(coro) is CoroutineType:
+    )
+    try:
+        coro = run.runner.call(spec, args)
+    finally:
+        call_options.reset(token)
+    if timeout is None and run.fast and type(coro) is CoroutineType:
         # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
         return _InlineCall(coro, copy_context(), run, ctx, spec)
     return _await_task(run, ctx, spec, coro, timeout)
@@ -604,7 +602,7 @@ async def _await_task(
         if call.done():
             break
         await asyncio.sleep(0)
-    if isinstance(run.runner, LocalToolRunner) and sync_only(spec.tool):
+    if sync_only(spec.tool):
         how = "its thread cannot be stopped: the call was abandoned"
     elif call.done():
         how = "the call was cancelled"

@@ -1,14 +1,21 @@
 """What the executor needs from its collaborators, and the local tool runner.
 
-The tool runner, the reasoner, the tool selector, the approval gate and the guard.
+The tool runner, the reasoner, the tool selector (and its answer: `ToolChoice` or
+`SelectionFailure`), the approval gate and the guard. Their types are the executor's
+own: importing it loads no planner, model client or reasoning module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from planexec.tools import invoke_tool
+import planexec._fastpaths as _fastpaths
+from planexec.errors import ErrorKind
+from planexec.results import StepError
+from planexec.tools import ToolSpec, direct_coroutine, invoke_tool
 
 if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tracing
     from pydantic import BaseModel
@@ -16,12 +23,20 @@ if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tr
     from planexec.approval import ApprovalDecision
     from planexec.events import ToolCallStarted
     from planexec.plan import Step
-    from planexec.results import ResolutionMethod, StepError, StepResult
-    from planexec.selection import SelectionFailure, ToolChoice
-    from planexec.tools import ToolCatalog, ToolSpec
+    from planexec.results import ResolutionMethod, StepResult
+    from planexec.tools import ToolCatalog
     from planexec.tracing import RunnableConfig
 
-__all__ = ["Approvals", "Guard", "LocalToolRunner", "Reasoner", "ToolRunner", "ToolSelector"]
+__all__ = [
+    "Approvals",
+    "Guard",
+    "LocalToolRunner",
+    "Reasoner",
+    "SelectionFailure",
+    "ToolChoice",
+    "ToolRunner",
+    "ToolSelector",
+]
 
 Guard = Callable[["Step", str], "str | None"]
 """Called before a step's tool call; a returned message fails it with LIMIT_EXCEEDED."""
@@ -36,13 +51,23 @@ class ToolRunner(Protocol):
         ...
 
 
+CallOptions = tuple["RunnableConfig | None", "BaseModel | None", "bool | None"]
+"""What the executor knows of one call beyond its tool and arguments: the call's
+langchain config (traced runs), the arguments as the resolver validated them, and
+whether a langchain callback would see the call (`planexec.tools.callbacks_around`)."""
+
+call_options: ContextVar[CallOptions | None] = ContextVar("planexec_call_options", default=None)
+"""The `CallOptions` of the call being made: set by the executor around each
+``runner.call`` (`planexec.executor._call`); a runner may use them or not."""
+
+
 class LocalToolRunner:
     """Calls tools in this process (see `planexec.tools.invoke_tool`).
 
     Async tools run on the running event loop, sync ones in a daemon thread of their own.
     """
 
-    async def call(
+    def call(
         self,
         spec: ToolSpec,
         args: dict[str, Any],
@@ -50,14 +75,36 @@ class LocalToolRunner:
         *,
         validated: BaseModel | None = None,
         callbacks: bool | None = None,
-    ) -> Any:
-        """Call the tool through `planexec.tools.invoke_tool` (with ``config`` if given).
+    ) -> Coroutine[Any, Any, Any]:
+        """The tool's call, to await: its own coroutine when nothing needs ``ainvoke``.
 
-        ``validated``: the arguments as the resolver validated them (not validated
-        again on the direct path). ``callbacks``: whether a langchain callback would see
-        the call (`planexec.tools.callbacks_around`; None: asked per call).
+        The direct path (`planexec.tools.direct_coroutine`: a plain async
+        `StructuredTool`, no config, no callback around) awaits the tool's coroutine
+        with no wrapper between; everything else goes through
+        `planexec.tools.invoke_tool` (which calls a plain sync tool directly too, in a
+        daemon thread, and any other through ``ainvoke``). Both give the same output,
+        exceptions and validation errors (`tests/test_fast_paths.py`).
+
+        ``config``, ``validated`` (the arguments as the resolver validated them, not
+        validated again) and ``callbacks`` (whether a langchain callback would see the
+        call; None: asked here) default to the executor's `call_options`.
+
+        Raises:
+            pydantic.ValidationError: the arguments do not fit the schema (direct path).
         """
-        return await invoke_tool(spec, args, config, validated=validated, callbacks=callbacks)
+        options = call_options.get()
+        if options is not None:
+            if config is None:
+                config = options[0]
+            if validated is None:
+                validated = options[1]
+            if callbacks is None:
+                callbacks = options[2]
+        if config is None and _fastpaths.ON:
+            direct = direct_coroutine(spec, args, validated=validated, callbacks=callbacks)
+            if direct is not None:
+                return direct
+        return invoke_tool(spec, args, config, validated=validated, callbacks=callbacks)
 
 
 @runtime_checkable
@@ -67,6 +114,51 @@ class Reasoner(Protocol):
     async def reason(self, step: Step, inputs: Mapping[int, StepResult]) -> str:
         """Return the step's answer."""
         ...
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """The tool selected for a step, with its validated arguments."""
+
+    spec: ToolSpec
+    """The chosen tool."""
+    args: dict[str, Any]
+    """Its arguments, validated against the tool's schema."""
+    candidates: tuple[str, ...]
+    """The qualified names of the tools it was chosen among."""
+    scope: str
+    """Where the candidates came from, in words (``server 'iot'``, ``the whole catalog``)."""
+    llm_calls: int = 1
+    """Model calls made (1, or 2 after a retry)."""
+
+    @property
+    def note(self) -> str:
+        """A remark for the step's result naming the choice (``tool selected: ...``)."""
+        return (
+            f"tool selected: {self.spec.qualified_name} (chosen by the model among "
+            f"{len(self.candidates)} tool(s) of {self.scope})"
+        )
+
+
+@dataclass(frozen=True)
+class SelectionFailure:
+    """Why no tool was selected for a step. No tool is called."""
+
+    kind: ErrorKind
+    """``TOOL_SELECTION_FAILED``."""
+    message: str
+    """For people: names the step, the agent or server and the problem."""
+    llm_calls: int = 0
+    """Model calls made before failing."""
+    cause: str | None = None
+    """The problem in its own words (a validation error, the model's reason)."""
+    reply: str | None = None
+    """The last reply, cut, when one was unusable."""
+
+    def to_error(self) -> StepError:
+        """The failure as the step's `StepError`."""
+        return StepError(self.kind, self.message, cause=self.cause)
+
 
 
 @runtime_checkable

@@ -319,7 +319,7 @@ class ExecutorRun(RunState):
         sched.finished(sid, release=not waits(self.results.get(sid)))
         next_sid: int | None = None
         if sched.ready:
-            if self.trace is None and task is not None and not task.cancelling():
+            if self.fast and self.trace is None and task is not None and not task.cancelling():
                 next_sid = sched.ready.popleft()
                 if not sched.complete:
                     self.early.add(next_sid)
@@ -526,11 +526,9 @@ class ExecutorRun(RunState):
         self.results[result.step_id] = result
         bus = self.bus
         if bus.listening:
-            rest = bus.deliver(
+            await bus.emit(
                 StepFinished.of(
                     run_id=self.run_id, result=result, plan_version=self.plan_version,
                     safe=safe,
                 )
             )
-            if rest is not None:
-                await rest

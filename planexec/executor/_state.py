@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import planexec._fastpaths as _fastpaths
 from planexec._log import step_log
 from planexec._text import as_text, cut
 from planexec.events import FallbackUsed
@@ -177,14 +178,8 @@ class RunState:
         # asked once: the steps run in copies of this context (their tasks' contexts)
         self.callbacks: bool = callbacks_around()
         """`planexec.tools.callbacks_around` as the run found it."""
-        resolver = self.resolver
-        self.resolve_at_once = type(resolver).resolve is ArgResolver.resolve and (
-            "resolve" not in getattr(resolver, "__dict__", {})  # not wrapped on the instance
-        )
-        """Whether `ArgResolver.resolve_at_once` may stand in for the resolver's
-        ``resolve`` (it is ArgResolver's own, not overridden or wrapped)."""
-        self.runner_own = "call" not in getattr(self.runner, "__dict__", {})
-        """Whether the runner's ``call`` is its class's (not wrapped on the instance)."""
+        self.fast = _fastpaths.ON
+        """Whether this run takes the fast paths (`planexec._fastpaths`)."""
 
     def result(
         self,

@@ -17,11 +17,11 @@ from planexec._text import cut
 from planexec.errors import CircuitOpenError, ErrorKind, ModelError
 from planexec.events import ArgResolved, StepStarted
 from planexec.executor._call import call_tool, check_finite
+from planexec.executor._protocols import SelectionFailure
 from planexec.executor._state import RunState, StepContext, StepFailed, is_empty, named, short
 from planexec.plan import Ref, Step, Template
 from planexec.resolver import ResolutionFailure, ResolvedArgs
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
-from planexec.selection import SelectionFailure
 from planexec.tools import ToolSpec
 
 _BLOCKING = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
@@ -51,14 +51,14 @@ async def execute(
                 f"read as written{text} (see the plan's error diagnostics); "
                 "the tool was not called",
             )
-        spec = _quick_lookup(run, step) or await _lookup(run, step)
+        spec = (run.fast and _quick_lookup(run, step)) or await _lookup(run, step)
         ctx.tool, ctx.server = spec.name, spec.server or step.server
     _check_references(step, results, plan_ids)
     _check_upstream(step, results)
 
     bus = run.bus
     if bus.listening:  # no subscriber: no event to build
-        rest = bus.deliver(
+        await bus.emit(
             StepStarted.of(
                 run_id=run.run_id,
                 step_id=step.id,
@@ -66,8 +66,6 @@ async def execute(
                 plan_version=run.plan_version,
             )
         )
-        if rest is not None:
-            await rest
     if spec is None:
         if step.selects_tool:  # an agent or server but no tool: select, never reason
             return await _select(run, ctx, results, feedback)
@@ -81,22 +79,9 @@ async def execute(
             ctx, {**dict(enumerate(step.positional)), **step.args}, plan_literals=True
         )
     ctx.phase = "resolving"
-    resolved: ResolvedArgs | ResolutionFailure | None = None
-    if run.resolve_at_once:  # ArgResolver's own: no coroutine when nothing waits
-        resolved = run.resolver.resolve_at_once(
-            step, spec, results, feedback=feedback, bus=bus
-        )
-        if resolved is not None:
-            ctx.finite = resolved.args  # plain data: the call need not look again
-    if resolved is None:
-        resolved = await run.resolver.resolve(
-            step,
-            spec,
-            results,
-            feedback=feedback,
-            run_id=run.run_id,
-            bus=bus,
-        )
+    resolved: ResolvedArgs | ResolutionFailure = await run.resolver.resolve(
+        step, spec, results, feedback=feedback, run_id=run.run_id, bus=bus
+    )
     ctx.llm_calls += resolved.llm_calls
     # the resolution's own (fresh) dicts: the result copies them
     ctx.resolution = resolved.methods  # partial on a failure
@@ -107,6 +92,8 @@ async def execute(
             StepStatus.FAILED, resolved.kind, text, failure=resolved.to_error(text)
         )
     args = resolved.args  # a fresh dict of this resolution's
+    if resolved.plain:
+        ctx.finite = args  # plain data: the call need not look again
     if resolved.validated is not None:
         ctx.validated = (args, resolved.validated)
     del resolved  # not kept alive while the tool runs

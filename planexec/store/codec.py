@@ -13,8 +13,10 @@ import dataclasses
 import hashlib
 import json
 from json.encoder import encode_basestring
+from math import isfinite
 from typing import Any
 
+import planexec._fastpaths as _fastpaths
 from planexec._json import json_data
 from planexec.errors import ErrorKind
 from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted
@@ -269,7 +271,7 @@ def _hot_data(event: Any) -> dict[str, Any] | None:
     What the general loop gives for such fields, built at once.
     """
     run_id, ts = event.run_id, event.ts
-    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:
+    if type(run_id) is not str or type(ts) is not float or not isfinite(ts):
         return None
     t = type(event)
     if t is StepStarted:
@@ -306,7 +308,7 @@ def event_to_json(event: Event) -> dict[str, Any]:
     recorded too. Fields marked ``metadata={"record": False}`` (`RunFinished.run`) are
     left out.
     """
-    if type(event) in _HOT:
+    if type(event) in _HOT and _fastpaths.ON:
         hot = _hot_data(event)
         if hot is not None:
             return hot
@@ -561,10 +563,10 @@ def event_text(event: Event) -> tuple[str, str | None] | None:
         None for any other event or field: encode ``event_to_json(event)`` then.
     """
     t = type(event)
-    if t not in _HOT:
+    if t not in _HOT or not _fastpaths.ON:  # (`planexec._fastpaths`)
         return None
     run_id, ts = event.run_id, event.ts
-    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:
+    if type(run_id) is not str or type(ts) is not float or not isfinite(ts):
         return None
     head = f'"run_id":{encode_basestring(run_id)},"ts":{float.__repr__(ts)}'
     if t is StepStarted:

@@ -154,7 +154,7 @@ class MemoryRunStore:
         try:
             return self._runs[run_id]
         except KeyError:
-            raise RunNotFoundError(f"no run {run_id!r} in the store") from None
+            raise RunNotFoundError(f"no run {run_id!r} in the store", run_id=run_id) from None
 
     def _record(self, s: _RunState) -> RunRecord:
         counts: dict[str, int] = {}

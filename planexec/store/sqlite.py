@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import planexec._fastpaths as _fastpaths
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
 from planexec.events import Event, EventBus, ToolCallStarted
@@ -623,7 +624,8 @@ class SQLiteRunStore:
         (A subclass that overrides `handle` gets `handle` subscribed.)
         """
         overridden = type(self).handle is not SQLiteRunStore.handle
-        bus.subscribe(self.handle if overridden else self._observe)
+        general = overridden or not _fastpaths.ON  # (`planexec._fastpaths`)
+        bus.subscribe(self.handle if general else self._observe)
 
     async def handle(self, event: Event) -> None:
         """Record one event; a checkpoint is committed (and flushed, per mode) on return.
@@ -1082,7 +1084,7 @@ class SQLiteRunStore:
                  st not in (RunStatus.RUNNING, RunStatus.INTERRUPTED), now, run_id),
             )
             if cur.rowcount == 0:
-                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}", run_id=run_id)
             if st is RunStatus.RUNNING:
                 conn.execute(
                     "UPDATE runs SET pid = ?, host = ?, pid_start = ? WHERE run_id = ?",
@@ -1330,7 +1332,7 @@ class SQLiteRunStore:
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-            raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+            raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}", run_id=run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         """Return a run's record.
@@ -1344,7 +1346,7 @@ class SQLiteRunStore:
                 f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}")
+                raise RunNotFoundError(f"no run {run_id!r} in the store {self.path}", run_id=run_id)
             return self._record(conn, row)
 
         return self._read(read)
