@@ -91,6 +91,7 @@ from planexec.events import (
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Plan, Ref, Step, Template, to_jsonable
+from planexec.plan_errors import step_failures
 from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy, retry_async
 from planexec.resolver import ArgResolver, ResolutionFailure, ResolvedArgs
 from planexec.results import (
@@ -478,6 +479,7 @@ class Executor:
         self._cancel = asyncio.Event()
         self._plan_version = 1
         self._dialect: str | None = None
+        self._defects: dict[int, StepError] = {}  # the plan's error rule (planexec.plan_errors)
         self._finished: asyncio.Queue[Any] | None = None
         self._last_cancelled = False
         self._cancel_reason: str | None = None
@@ -665,6 +667,7 @@ class Executor:
         finished: asyncio.Queue[int | _Fed | None] = asyncio.Queue()
         self._finished = finished
         pump: asyncio.Task[None] | None = None
+        self._defects = {}
         if isinstance(source, PlanComplete):
             self._dialect = source.plan.dialect
             await self._complete(sched, source)
@@ -903,7 +906,8 @@ class Executor:
             self.reused.discard(sid)
         else:
             step = sched.steps.get(sid)
-            if ended and result.ok and step is not None and step.tool and not step.refs:
+            if (ended and result.ok and step is not None and step.tool and not step.refs
+                    and sid not in self._defects):
                 sched.spare.setdefault(_call_key(step), result)  # for the same call elsewhere
             self.discarded.append(result)
             message = (
@@ -931,6 +935,7 @@ class Executor:
         """The whole plan: withdraw what it does not hold as arrived, admit the rest."""
         plan = item.plan
         self._dialect = plan.dialect
+        self._defects = step_failures(plan)
         for sid, result in item.prior.items():
             sched.prior[sid] = result
             if sid not in sched.steps:
@@ -938,7 +943,7 @@ class Executor:
         final = {s.id: s for s in plan.steps}
         for sid in list(sched.steps):
             last = final.get(sid)
-            if last is None or not same_work(last, sched.steps[sid]):
+            if last is None or not same_work(last, sched.steps[sid]) or sid in self._defects:
                 await self._withdraw(sched, sid, item.reason)
             else:
                 sched.steps[sid] = last  # the same work: its run (if any) stands
@@ -1130,6 +1135,9 @@ class Executor:
             ctx.tool, ctx.server = spec.name, spec.server or step.server
         self._check_references(step, results, plan_ids)
         self._check_upstream(step, results)
+        defect = self._defects.get(step.id)
+        if defect is not None:  # named by an error diagnostic: never runs (plan_errors)
+            raise _StepFailed(StepStatus.FAILED, defect.kind, defect.message, failure=defect)
 
         if self.bus.listening:  # no subscriber: no event to build
             rest = self.bus.deliver(

@@ -503,27 +503,6 @@ def _parse(text: str, dialect: str) -> Plan:
         raise ToolError(f"cannot parse the plan: {exc}") from exc
 
 
-def _literal_arg_errors(plan: Plan, catalog: ToolCatalog) -> list[str]:
-    """Type-check the arguments of steps that refer to no other step."""
-    problems: list[str] = []
-    for step in plan.steps:
-        if step.tool is None or step.refs or step.positional or not step.args_valid:
-            continue
-        if not catalog.has(step.tool, step.server):
-            continue
-        try:
-            catalog.validate(step.tool, dict(step.args), step.server)
-        except KeyError:  # an ambiguous name: check_plan reports it
-            continue
-        except ValidationError as exc:
-            errs = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(args)'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            problems.append(f"step {step.id} ({step.tool}): invalid arguments: {errs}")
-    return problems
-
-
 def _pending_out(requests: Iterable[Any]) -> list[PendingApprovalOut]:
     """`planexec.approval.ApprovalRequest` objects as MCP outputs."""
     return [
@@ -906,10 +885,12 @@ def build_server(
         description=(
             "Execute plan text: steps run in dependency order (in parallel where possible), "
             "references to earlier results are resolved, and each step's result or error is "
-            "returned. Sends a progress notification as each step finishes. A plan that does "
-            "not validate (unknown tools, bad references, arguments of the wrong type) is "
-            "rejected with an error before anything runs. A large run returns its run id, "
-            "status counts and first step results; get_run pages through the rest."
+            "returned. Sends a progress notification as each step finishes. A step named by an "
+            "error diagnostic (an unknown tool, a bad reference, unreadable arguments) does "
+            "not run and fails with its kind, the steps depending on it fail "
+            "UPSTREAM_FAILED, and the rest runs (validate_plan checks a plan first). A large "
+            "run returns its run id, status counts and first step results; get_run pages "
+            "through the rest."
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
@@ -920,18 +901,9 @@ def build_server(
         from planexec.results import StepStatus, Usage
         from planexec.runs import execute_recorded
 
+        # a plan with error diagnostics runs as everywhere (planexec.plan_errors): the
+        # steps they name fail, with their dependants; the rest runs
         plan = await parsed(text, dialect, check=True)
-        problems = await anyio.to_thread.run_sync(
-            lambda: [str(d) for d in plan.errors] + _literal_arg_errors(plan, catalog)
-        )
-        if problems:
-            shown = problems[:50]
-            more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-            raise ToolError(
-                "the plan cannot run as written:\n"
-                + "\n".join(f"  - {p}" for p in shown)
-                + more
-            )
         run_id = new_run_id()
         own_runs.add(run_id)
         bus = EventBus()
