@@ -303,7 +303,7 @@ class RunTrace:
         """The config of one model call: parented under its step (or the run)."""
         base = call.config()
         if self.abandoned:
-            return base
+            return RunnableConfig(metadata=base["metadata"])
         step = f" step {call.step_id}" if call.step_id is not None else ""
         return RunnableConfig(
             callbacks=self._parent(call.step_id).get_child(),

@@ -125,7 +125,7 @@ async def test_agent_execute_plan_follows_the_rule() -> None:
 def _restore_logging() -> Iterator[None]:
     yield
     logger.remove()
-    logger.add(lambda message: sys.stderr.write(message), level="WARNING")
+    logger.add(sys.stderr, level="WARNING")
 
 
 @pytest.mark.usefixtures("_restore_logging")

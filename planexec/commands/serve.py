@@ -43,6 +43,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=8000, help="HTTP port (default 8000)")
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="close an HTTP connection whose request headers are not complete within "
+        "SECONDS (default 10)",
+    )
+    p.add_argument(
         "--token",
         default=None,
         help=f"require 'Authorization: Bearer TOKEN' on HTTP requests (or set ${TOKEN_ENV})",
@@ -158,6 +166,7 @@ def handle(args: argparse.Namespace) -> int:
                 allowed_hosts=args.allowed_host,
                 allowed_origins=args.allowed_origin,
                 on_ready=ready,
+                header_timeout=args.header_timeout,
             )
         )
     finally:

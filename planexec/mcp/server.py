@@ -1397,6 +1397,7 @@ async def serve(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     on_ready: Callable[[str], None] | None = None,
+    header_timeout: float | None = None,
 ) -> None:
     """Run a planexec MCP server until it is stopped.
 
@@ -1416,6 +1417,9 @@ async def serve(
         allowed_hosts: More ``Host`` header values to accept (see `allowed_hosts_for`).
         allowed_origins: More ``Origin`` header values to accept.
         on_ready: Called with the endpoint once the server listens.
+        header_timeout: Seconds an HTTP request may take to complete its headers
+            (`planexec.mcp.http_guard`; `HEADER_TIMEOUT` by default): a slower
+            connection is closed, so held connections cannot exhaust the descriptors.
 
     Raises:
         ConfigError: the address cannot be bound.
@@ -1440,7 +1444,12 @@ async def serve(
         app: Any = server.streamable_http_app(host=host, transport_security=security)
         if token:
             app = bearer_auth(app, token)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        from planexec.mcp.http_guard import HEADER_TIMEOUT, uvicorn_options
+
+        deadline = HEADER_TIMEOUT if header_timeout is None else header_timeout
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", **uvicorn_options(deadline)
+        )
         userver = uvicorn.Server(config)
         endpoint = f"http://{_host_header(host)}:{bound}/mcp"
 
