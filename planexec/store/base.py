@@ -292,6 +292,18 @@ class RunStore(Protocol):
         """Set a run's status (and reason), e.g. to mark it failed or resumed."""
         ...
 
+    def set_owner(self, run_id: str, principal: str) -> None:
+        """Record the principal that started a run (the first one recorded stands).
+
+        Used by a shared ``planexec serve --http`` with principals
+        (`planexec.mcp.principals`): only the owner (or an admin) may read or decide it.
+        """
+        ...
+
+    def owner(self, run_id: str) -> str | None:
+        """The principal that started a run (None: none was recorded)."""
+        ...
+
     def close(self) -> None:
         """Release resources (connections)."""
         ...

@@ -68,6 +68,7 @@ class MemoryRunStore:
         self._runs: dict[str, _RunState] = {}
         self._seq = 0
         self._lock = threading.Lock()
+        self._owners: dict[str, str] = {}
 
     # -- recording -----------------------------------------------------------------
 
@@ -222,6 +223,16 @@ class MemoryRunStore:
                 s.pid, s.host, s.pid_start, s.finished_at = os.getpid(), HOST, MY_START, None
             elif st is not RunStatus.INTERRUPTED:
                 s.finished_at = s.updated_at
+
+    def set_owner(self, run_id: str, principal: str) -> None:
+        """Record the principal that started a run (the first one recorded stands)."""
+        with self._lock:
+            self._owners.setdefault(run_id, principal)
+
+    def owner(self, run_id: str) -> str | None:
+        """The principal that started a run (None: none was recorded)."""
+        with self._lock:
+            return self._owners.get(run_id)
 
     def close(self) -> None:
         """Nothing to release."""
