@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("planexec.commands.ask", "answer a question with the whole plan-execute-recover loop"),
     "runs": ("planexec.commands.runs", "the run history: list, show, resume, export, timeline"),
     "serve": ("planexec.commands.serve", "run planexec as an MCP server"),
+    "console": (
+        "planexec.commands.console",
+        "the runs console in the browser: runs, plans, timelines, approvals",
+    ),
     "regress": ("planexec.commands.regress", "run regression scenarios (*.scenario.yaml)"),
 }
 """Every subcommand: the module whose ``register(subparsers)`` adds it, and its one-line help.

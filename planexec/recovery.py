@@ -429,6 +429,12 @@ class Limits:
         """The server of each admitted call (None for a local tool), in order."""
         self.hit: str | None = None
         """The message of the last limit hit, if any."""
+        # Running tallies, so that a check costs the same at step 50,000 as at step 1
+        # (the history is never walked again): calls made per name a call answers to,
+        # and per sequence limit the matches counted so far and where the last one ended
+        # (matches are counted without overlap, left to right, as `count_pattern` does).
+        self._made: dict[str, int] = {}
+        self._matched: list[list[int]] = [[0, 0] for _ in self.sequence_limits]
 
     @classmethod
     def from_settings(cls, settings: LimitSettings) -> Limits:
@@ -480,22 +486,22 @@ class Limits:
         if tool is None:
             return None
         names = self._names(tool, server)
-        history = [self._names(t, s) for t, s in zip(self.calls, self.servers, strict=True)]
         for key in names:
             limit = self.per_tool_limits.get(key)
             if limit is None:
                 continue
-            made = sum(1 for h in history if key in h)
-            if made + 1 > limit:
+            if self._made.get(key, 0) + 1 > limit:
                 return (
                     f"limit per_tool_limits[{key!r}]={limit} reached: {key!r} may be "
                     f"called at most {limit} times per run"
                 )
-        candidate = [*history, names]
-        for pattern, max_repeats in self.sequence_limits:
+        for (pattern, max_repeats), (count, end) in zip(
+            self.sequence_limits, self._matched, strict=True
+        ):
             if pattern[-1] not in names:
                 continue
-            count = self.count_pattern(candidate, pattern)
+            if self._completes(pattern, names, end):
+                count += 1
             if count > max_repeats:
                 shown = " → ".join(pattern)
                 return (
@@ -503,6 +509,23 @@ class Limits:
                     f"sequence {shown} would repeat {count} times (at most {max_repeats})"
                 )
         return None
+
+    def _completes(self, pattern: Sequence[str], names: tuple[str, ...], end: int) -> bool:
+        """Whether a call answering to ``names`` completes a new match of ``pattern``.
+
+        The match would take the last ``len(pattern) - 1`` calls and this one, and must
+        start at or after ``end``, where the last counted match ended: a left-to-right
+        count without overlap has checked every earlier window already.
+        """
+        size = len(pattern)
+        start = len(self.calls) - (size - 1)
+        if start < end or pattern[-1] not in names:
+            return False
+        for j in range(size - 1):
+            i = start + j
+            if pattern[j] not in self._names(self.calls[i], self.servers[i]):
+                return False
+        return True
 
     def guard(
         self, step: Any, tool: str | None = None, *, server: str | None = None
@@ -525,6 +548,13 @@ class Limits:
             return message
         self.steps += 1
         if tool is not None:
+            names = self._names(tool, server)
+            for key in names:
+                self._made[key] = self._made.get(key, 0) + 1
+            for (pattern, _), tally in zip(self.sequence_limits, self._matched, strict=True):
+                if self._completes(pattern, names, tally[1]):
+                    tally[0] += 1
+                    tally[1] = len(self.calls) + 1
             self.calls.append(tool)
             self.servers.append(server)
         return None

@@ -56,7 +56,11 @@ __all__ = [
     "recorded_message",
     "register",
     "render_timeline_html",
+    "decide_recorded",
+    "recorded_schema",
     "render_timeline_png",
+    "resume_recorded",
+    "show_data",
     "store_from_args",
     "timeline_bars",
 ]
@@ -387,7 +391,12 @@ def _print_approvals(data: dict[str, Any]) -> None:
             )
 
 
-def _show_data(store: RunStore, run_id: str) -> dict[str, Any]:
+def show_data(store: RunStore, run_id: str) -> dict[str, Any]:
+    """Everything ``runs show`` prints (and the console draws) of one run, as JSON-ready data.
+
+    Raises:
+        RunNotFoundError: no such run.
+    """
     record = store.get_run(run_id)
     return {
         "approvals": _approvals(store, run_id),
@@ -406,7 +415,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Handle ``planexec runs show``."""
     store = open_store(args.store)
     try:
-        data = _show_data(store, args.run_id)
+        data = show_data(store, args.run_id)
     finally:
         store.close()
     if args.json:
@@ -701,6 +710,66 @@ async def _decide(
         return 0, await decide_step(
             store, args.run_id, args.step, decision, catalog=ToolCatalog(tools)
         )
+
+
+async def decide_recorded(
+    store: RunStore, run_id: str, step: int, decision: Any
+) -> Any:
+    """Record a decision as ``planexec runs approve|reject`` does (the console's path).
+
+    An edit is checked against the schema of the tool the run recorded (its tool
+    source, as ``runs resume`` finds it).
+
+    Raises:
+        RunNotFoundError: no such run.
+        ApprovalError: the step does not wait, or the edit does not fit the schema.
+        ConfigError: an edit for a run that recorded no tool source.
+    """
+    from planexec.approval import ApprovalAction
+
+    args = argparse.Namespace(run_id=run_id, step=step, tools=None, mcp_config=None)
+    with_tools = decision.action is ApprovalAction.EDIT
+    if with_tools:
+        _resume_tool_options(args, store.get_run(run_id))
+    return (await _decide(args, store, decision, with_tools=with_tools))[1]
+
+
+async def recorded_schema(store: RunStore, run_id: str, tool: str, server: str | None) -> Any:
+    """The JSON schema of a run's tool, from the tools the run recorded (for an approval page).
+
+    Raises:
+        RunNotFoundError: no such run.
+        ConfigError: the run recorded no tool source, or the tool is not among its tools.
+        ToolLoadError: the tools could not be loaded.
+    """
+    from planexec.tools import ToolCatalog
+
+    args = argparse.Namespace(run_id=run_id, tools=None, mcp_config=None)
+    _resume_tool_options(args, store.get_run(run_id))
+    async with open_tools(args) as tools:
+        spec = ToolCatalog(tools).lookup(tool, server)
+        if spec is None:
+            raise ConfigError(f"tool {tool!r} is not among the tools run {run_id} recorded")
+        return spec.json_schema
+
+
+async def resume_recorded(store: RunStore, run_id: str) -> Any:
+    """Resume a run as ``planexec runs resume RUN_ID`` does, with its recorded tools.
+
+    Returns:
+        The run, or None when there was nothing to resume.
+
+    Raises:
+        RunNotFoundError: no such run.
+        ConfigError: the run recorded no tool source.
+        RunError: the run cannot be resumed (it runs in a live process ...).
+    """
+    args = argparse.Namespace(
+        run_id=run_id, store=None, tools=None, mcp_config=None, model=None,
+        rerun_unsafe=False, force=False, dry_run=False,
+    )
+    source = _resume_tool_options(args, store.get_run(run_id))
+    return (await _resume(args, store, source))[1]
 
 
 # ---------------------------------------------------------------------- timeline

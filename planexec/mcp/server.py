@@ -86,9 +86,11 @@ __all__ = [
     "ValidatePlanResult",
     "allowed_hosts_for",
     "bearer_auth",
+    "bind_socket",
     "build_server",
     "check_arguments",
     "expose_tool",
+    "host_header",
     "is_loopback",
     "serve",
     "tools_server",
@@ -1377,7 +1379,7 @@ def _is_wildcard(host: str) -> bool:
         return False
 
 
-def _host_header(host: str) -> str:
+def host_header(host: str) -> str:
     """The bind address as it appears in a Host header (IPv6 in brackets)."""
     bare = host.strip("[]")
     try:
@@ -1414,7 +1416,7 @@ def allowed_hosts_for(
         extra_hosts: More ``Host`` values to accept (a reverse proxy's name ...).
         extra_origins: More ``Origin`` values to accept (``https://app.example``).
     """
-    names = [_host_header(host)]
+    names = [host_header(host)]
     if is_loopback(host) or _is_wildcard(host):
         names += ["localhost", "127.0.0.1", "[::1]"]
     if _is_wildcard(host):
@@ -1431,7 +1433,7 @@ def allowed_hosts_for(
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
     """A listening-ready TCP socket bound to host:port (port 0: any free port).
 
     Raises:
@@ -1507,7 +1509,7 @@ async def serve(
             return
         import uvicorn
 
-        sock = _bind(host, port)
+        sock = bind_socket(host, port)
         bound = int(sock.getsockname()[1])
         security = allowed_hosts_for(
             host, bound, extra_hosts=allowed_hosts, extra_origins=allowed_origins
@@ -1522,7 +1524,7 @@ async def serve(
             app, log_level="warning", lifespan="on", **uvicorn_options(deadline)
         )
         userver = uvicorn.Server(config)
-        endpoint = f"http://{_host_header(host)}:{bound}/mcp"
+        endpoint = f"http://{host_header(host)}:{bound}/mcp"
 
         async def announce() -> None:
             for _ in range(600):  # bounded: 30 s

@@ -1,0 +1,738 @@
+"""The call: the one boundary every tool call passes (`call_tool`).
+
+Every tool call of the executor goes through `call_tool`: a tool written in the plan, a
+tool a `planexec.executor.ToolSelector` chose, every retry of either, a step of a resumed
+or continued run (the drivers run the executor), whatever the runner (in process, Ray,
+an MCP server's tool through its `planexec.tools.ToolSpec`). Nothing else calls
+``runner.call``. Its invariants live here, once:
+
+1. no argument holds a reference or a placeholder-looking string, nor a malformed
+   reference the plan wrote (`check_invariant`);
+2. the approval gate (`approve`), when the step needs a person's decision;
+3. the ``guard`` hook (``LIMIT_EXCEEDED``);
+4. no NaN or infinity in an argument (`check_finite`, ``ARGS_INVALID``);
+5. then the attempts (`attempts`): per attempt the tool's circuit breaker, the call
+   start recorded (`planexec.events.ToolCallStarted`, which a run store commits for a
+   call that is not safe), **the gate hook** (see `attempt`), the runner's call bounded
+   by its timeout, the output checked; retried with backoff only when the tool is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from asyncio import current_task
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
+from contextvars import Context, copy_context
+from types import CoroutineType, MappingProxyType
+from typing import Any
+
+from planexec._json import non_finite
+from planexec._log import step_log
+from planexec._text import as_text, cut
+from planexec.approval import ApprovalAction
+from planexec.errors import CircuitOpenError, ErrorKind
+from planexec.events import ToolCallStarted
+from planexec.executor._protocols import LocalToolRunner
+from planexec.executor._state import (
+    AttemptFailed,
+    RunState,
+    StepContext,
+    StepFailed,
+    ToolSettings,
+    is_empty,
+    join_note,
+    named,
+    short,
+)
+from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
+from planexec.plan import Ref, Step, Template
+from planexec.resilience import RetryPolicy, retry_async
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
+from planexec.tools import (
+    ToolOutputError,
+    ToolSpec,
+    check_output,
+    direct_coroutine,
+    error_payload,
+    sync_only,
+)
+
+_NO_RETRY = RetryPolicy.none()
+"""The policy of a tool that is not retried (one attempt)."""
+
+
+async def call_tool(
+    run: RunState, ctx: StepContext, step: Step, spec: ToolSpec, args: dict[str, Any]
+) -> StepResult:
+    """THE CALL BOUNDARY: check, decide and make a step's tool call; its result.
+
+    Every tool call passes here (see the module's docstring): ``step`` is the step as
+    called (for a step that selected its tool, the step with that tool and no written
+    arguments), ``spec`` the tool, ``args`` the resolved (or chosen) arguments.
+
+    Raises:
+        StepFailed: the call was refused (invariant, approval, guard, NaN) or failed.
+    """
+    ctx.phase = "calling"
+    check_invariant(run, step, args, spec)
+    # ---------------------------------------------------------------- the decision
+    # Approval: the person's decision (approve, maybe with edited arguments, reject,
+    # defer). What is decided here applies to exactly these arguments.
+    if run.approvals is not None:
+        args = await approve(run, ctx, step, spec, args)
+    if run.guard is not None:
+        ctx.phase = "guard"
+        message = run.guard(step, spec.name)
+        if message:
+            raise StepFailed(
+                StepStatus.FAILED, ErrorKind.LIMIT_EXCEEDED, named(ctx.step.id, message), args=None
+            )
+        ctx.phase = "calling"
+    # ---------------------------------------------------------------- the call
+    return await _make_call(run, ctx, spec, args)
+
+
+async def _make_call(
+    run: RunState, ctx: StepContext, spec: ToolSpec, args: dict[str, Any]
+) -> StepResult:
+    step = ctx.step
+    if ctx.finite is not args:  # (approval may have changed them)
+        check_finite(ctx, args)
+    ctx.args = args
+    settings = tool_settings(run, spec)
+    policy, slots = settings[3], settings[4]
+    try:
+        if policy.attempts <= 1 and slots is None:  # one attempt: what retry_async does
+            output, raw_out = await attempt(run, ctx, spec, args, settings)
+        else:
+            output, raw_out = await attempts(run, ctx, spec, args, settings)
+    except AttemptFailed as failed:
+        if failed.kind is ErrorKind.EMPTY_OUTPUT and run.config.empty_output == "warn":
+            note = f"{failed.message}; accepted (empty_output='warn')"
+            await run.bus.emit(run.warn(step.id, "EMPTY_OUTPUT_ACCEPTED", note))
+            return run.result(
+                ctx,
+                StepStatus.SUCCEEDED,
+                None,
+                None,
+                output=failed.output,
+                raw_output=failed.raw,
+                note=note,
+            )
+        tries = f" after {ctx.attempts} attempts" if ctx.attempts > 1 else ""
+        not_retried = ""
+        if ctx.attempts == 1 and not retryable(run, spec):
+            not_retried = " (not retried: the tool is not marked read-only or idempotent)"
+            if spec.hints.destructive:
+                not_retried = " (not retried: the tool is destructive)"
+        message = f"{failed.message}{tries}{not_retried}"
+        raise StepFailed(
+            StepStatus.FAILED,
+            failed.kind,
+            message,
+            output=failed.output,
+            raw_output=failed.raw,
+            failure=StepError(failed.kind, message, cause=failed.cause),
+        ) from failed
+    kept: str | None = None
+    warnings = ctx.warnings
+    if warnings:
+        kept = f"the output differs from what the tool returned: {'; '.join(warnings)}"
+        for warning in warnings:
+            message = f"step {step.id}: tool {spec.name!r}: {warning}"
+            await run.bus.emit(run.warn(step.id, "OUTPUT_NOT_JSON", message))
+    return run.result(
+        ctx, StepStatus.SUCCEEDED, None, None, output=output, raw_output=raw_out, note=kept
+    )
+
+
+# ------------------------------------------------------------------ checks before the call
+
+
+def check_invariant(
+    run: RunState, step: Step, args: Mapping[str, Any], spec: ToolSpec | None = None
+) -> None:
+    """No reference, placeholder or malformed reference left in the arguments."""
+    malformed = _malformed(run, step, spec)
+    props = spec.json_schema.get("properties", {}) if spec and malformed else {}
+    for name, value in args.items():
+        odd = malformed.get(name)
+        if odd and not is_free_text(props.get(name)):  # REF_MALFORMED: never half-resolved
+            message = (
+                f"step {step.id}: argument {name!r} holds {odd[0][1]!r}, which begins like "
+                "a reference but is not one (see the REF_MALFORMED diagnostic); the tool "
+                "was not called"
+            )
+            raise StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.ARGS_SYNTAX,
+                message,
+                failure=StepError(
+                    ErrorKind.ARGS_SYNTAX, message, args=(name,), literal_args=(name,)
+                ),
+            )
+        bad = _unresolved(value, run.dialect)
+        if bad is not None:
+            text = bad.canonical if isinstance(bad, Ref | Template) else cut(bad, 120)
+            message = (
+                f"step {step.id}: argument {name!r} still holds an unresolved reference "
+                f"or placeholder ({text!r}) after resolution; the tool was not called"
+            )
+            raise StepFailed(
+                StepStatus.FAILED,
+                ErrorKind.RESOLUTION_FAILED,
+                message,
+                failure=StepError(ErrorKind.RESOLUTION_FAILED, message, args=(name,)),
+            )
+
+
+def _malformed(
+    run: RunState, step: Step, spec: ToolSpec | None
+) -> Mapping[str, list[tuple[str, str]]]:
+    """The arguments the plan wrote with a malformed reference (`find_malformed`).
+
+    Nothing is built for a step without any (the common case).
+    """
+    dialect = run.dialect or "hashstep"
+    written: Mapping[str, Any] = step.args  # each argument as the plan wrote it
+    if spec is not None and step.positional:
+        written = {**dict(zip(spec.arg_names, step.positional, strict=False)), **written}
+    found: dict[str, list[tuple[str, str]]] | None = None
+    for name, value in written.items():
+        odd = find_malformed(value, dialect=dialect)
+        if odd:
+            if found is None:
+                found = {}
+            found[name] = odd
+    return found if found is not None else _NONE_MALFORMED
+
+
+def _unresolved(value: Any, dialect: str | None) -> Ref | Template | str | None:
+    """The first reference or placeholder-looking string left in a value, if any."""
+    kind = type(value)  # exact types first: plain data is most of what is checked
+    if kind is int or kind is float or kind is bool or value is None:
+        return None
+    if kind is str:
+        return value if contains_placeholder(value, dialect=dialect) else None
+    if kind is dict:  # before the slower abstract checks below
+        for k, v in value.items():
+            if type(k) is str and contains_placeholder(k, dialect=dialect):
+                return k  # a key is checked like a value
+            if type(v) is not int and v is not None:
+                found = _unresolved(v, dialect)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(value, Ref | Template):
+        return value
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str) and contains_placeholder(k, dialect=dialect):
+                return k  # a key is checked like a value
+            found = _unresolved(v, dialect)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for v in value:
+            found = _unresolved(v, dialect)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, str) and contains_placeholder(value, dialect=dialect):
+        return value
+    return None
+
+
+async def approve(
+    run: RunState, ctx: StepContext, step: Step, spec: ToolSpec, args: dict[str, Any]
+) -> dict[str, Any]:
+    """Ask the approval gate; return the arguments to call with.
+
+    Raises:
+        StepFailed: rejected (``REJECTED``) or deferred (``WAITING_APPROVAL``).
+    """
+    assert run.approvals is not None
+    ctx.phase = "approval"
+    decision = await run.approvals.review(
+        step, spec, args, ctx.resolution, plan_version=run.plan_version
+    )
+    ctx.phase = "calling"
+    if decision is None:
+        return args
+    who = f" by {decision.by}" if decision.by else ""
+    if decision.action is ApprovalAction.REJECT:
+        message = (
+            f"step {ctx.step.id}: tool {spec.name!r} not called: rejected{who}: "
+            f"{decision.reason}"
+        )
+        raise StepFailed(
+            StepStatus.FAILED,
+            ErrorKind.REJECTED,
+            message,
+            failure=StepError(ErrorKind.REJECTED, message, cause=decision.reason),
+        )
+    if decision.action is ApprovalAction.DEFER or decision.args is None:
+        note = f"waiting for approval: {decision.reason or 'no decision yet'}"
+        raise StepFailed(
+            StepStatus.WAITING_APPROVAL, None, note, error=None, note=note, args=args
+        )
+    for name in decision.edited or {}:
+        ctx.resolution[name] = ResolutionMethod.EDITED
+    ctx.note = join_note(ctx.note, f"approved{who}")
+    return dict(decision.args)
+
+
+def check_finite(ctx: StepContext, args: Mapping[Any, Any]) -> None:
+    """Refuse NaN and infinite numbers in arguments (``ARGS_INVALID``).
+
+    Checked on the plan's literals before resolution (so that no coercion turns them
+    into something else) and on the resolved arguments before the call.
+    """
+    if non_finite(args) is None:  # the common case: one walk, nothing to word
+        return
+    for key, value in args.items():
+        bad = non_finite(value)
+        if bad is None:
+            continue
+        name = key if isinstance(key, str) else f"positional argument {key + 1}"
+        message = (
+            f"step {ctx.step.id}: argument {name!r} holds {bad}, which is not a finite "
+            f"number (JSON has no such value; a plan literal like 1e999 overflows to it); "
+            f"the tool was not called"
+        )
+        literal = ctx.resolution.get(name) is ResolutionMethod.LITERAL
+        raise StepFailed(
+            StepStatus.FAILED,
+            ErrorKind.ARGS_INVALID,
+            message,
+            failure=StepError(
+                ErrorKind.ARGS_INVALID,
+                message,
+                args=(name,),
+                literal_args=(name,) if literal else (),
+            ),
+        )
+
+
+# ------------------------------------------------------------------ the tool's settings
+
+
+def tool_settings(run: RunState, spec: ToolSpec) -> ToolSettings:
+    """A tool's breaker, call timeout, output limit, retry policy and call slots.
+
+    Looked up once per tool and run (the configuration does not change in a run).
+    """
+    key = (spec.server, spec.name)
+    found = run.settings.get(key)
+    if found is None:
+        config = run.config
+        found = run.settings[key] = (
+            run.breakers.tool(spec.server, spec.name),
+            config.timeout_for(spec),
+            config.output_limit_for(spec),
+            config.tool_retry.policy() if retryable(run, spec) else _NO_RETRY,
+            _tool_slots(run, spec),
+        )
+    return found
+
+
+def _tool_slots(run: RunState, spec: ToolSpec) -> asyncio.Semaphore | None:
+    """The semaphore bounding a tool's concurrent calls in this run, if it has a limit."""
+    limit = run.config.concurrency_for(spec)
+    if limit is None:
+        return None
+    slots = run.slots.get(spec.qualified_name)
+    if slots is None:
+        slots = run.slots[spec.qualified_name] = asyncio.Semaphore(limit)
+    return slots
+
+
+def retryable(run: RunState, spec: ToolSpec) -> bool:
+    """Whether a tool's failed call may be made again."""
+    if spec.hints.destructive:
+        return False
+    return spec.hints.safe or run.config.retry_unsafe
+
+
+# ------------------------------------------------------------------ attempts
+
+
+async def attempt(
+    run: RunState, ctx: StepContext, spec: ToolSpec, args: dict[str, Any], settings: ToolSettings
+) -> tuple[Any, Any]:
+    """One call of the tool: its checked output and raw output.
+
+    Raises:
+        AttemptFailed: the call failed (the kind says how; `retry` whether another
+            attempt may succeed).
+        StepFailed: the tool's circuit is open (not called).
+    """
+    step = ctx.step
+    breaker, timeout, output_limit = settings[0], settings[1], settings[2]
+    try:
+        breaker.before_call()
+    except CircuitOpenError as exc:
+        raise StepFailed(
+            StepStatus.FAILED,
+            ErrorKind.CIRCUIT_OPEN,
+            f"step {step.id}: tool {spec.name!r} not called: {exc}",
+            args=None,
+        ) from exc
+    ctx.attempts += 1
+    run.usage.tool_calls += 1
+    safe = spec.hints.safe
+    if not safe:
+        ctx.unsafe_call = True
+    bus = run.bus
+    if bus.listening:
+        rest = bus.deliver(
+            ToolCallStarted.of(
+                run_id=run.run_id,
+                step_id=step.id,
+                tool=spec.name,
+                args=args,
+                attempt=ctx.attempts,
+                plan_version=run.plan_version,
+                safe=safe,
+            )
+        )
+        if rest is not None:  # e.g. the run store commits an unsafe call's start
+            await rest
+    # ================================================================ GATE HOOK
+    # The last point before the tool is invoked, on every attempt: the place for the
+    # call gate (claim the approval decision for this run, plan version, step, tool and
+    # argument digest in the same store transaction as the call start; re-check the
+    # arguments against the tool's whole schema; hold the run's lease).
+    # ================================================================
+    try:
+        call = _tool_call(run, ctx, spec, args, timeout)
+        raw = await call
+        # a call in a task of its own is waited for; an inline one says
+        ctx.waited = call.waited if type(call) is _InlineCall else True
+    except asyncio.CancelledError:
+        breaker.release()
+        raise
+    except TimeoutError as exc:
+        breaker.record_failure()
+        raise AttemptFailed(
+            ErrorKind.TOOL_TIMEOUT,
+            f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
+            f"(args {short(args)}); {exc}",
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
+        breaker.record_failure()
+        raise AttemptFailed(
+            ErrorKind.TOOL_ERROR,
+            f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
+            f"{cut(str(exc), 500)} (args {short(args)})",
+            cause=f"{type(exc).__name__}: {cut(str(exc), 500)}",
+        ) from exc
+    breaker.record_success()
+    try:
+        output, raw_out, found = check_output(raw, limit=output_limit)
+    except ToolOutputError as exc:
+        raise AttemptFailed(
+            ErrorKind.TOOL_ERROR,
+            f"step {step.id}: tool {spec.name!r} returned an output that cannot be "
+            f"kept: {exc} (args {short(args)})",
+            retry=False,
+            cause=str(exc),
+        ) from exc
+    ctx.warnings = found
+    payload = _error_flag(raw) or error_payload(output, run.config.error_payload_keys)
+    if payload is not None:
+        raise AttemptFailed(
+            ErrorKind.TOOL_ERROR,
+            f"step {step.id}: tool {spec.name!r} returned an error: "
+            f"{cut(payload, 500)} (args {short(args)})",
+            output,
+            raw_out,
+            retry=run.config.retry_error_payloads,
+            cause=cut(payload, 500),
+        )
+    if is_empty(output):
+        ctx.empties += 1
+        raise AttemptFailed(
+            ErrorKind.EMPTY_OUTPUT,
+            f"step {step.id}: tool {spec.name!r} returned an empty output "
+            f"({output!r}) (args {short(args)})",
+            output,
+            raw_out,
+        )
+    return output, raw_out
+
+
+async def attempts(
+    run: RunState, ctx: StepContext, spec: ToolSpec, args: dict[str, Any], settings: ToolSettings
+) -> tuple[Any, Any]:
+    """`attempt` under the tool's retry policy and call slots."""
+    step = ctx.step
+    policy, slots = settings[3], settings[4]
+
+    async def one() -> tuple[Any, Any]:
+        if slots is None:
+            return await attempt(run, ctx, spec, args, settings)
+        async with slots:  # the tool is at its limit: wait for a call to end
+            return await attempt(run, ctx, spec, args, settings)
+
+    def retry_if(exc: BaseException) -> bool:
+        if not isinstance(exc, AttemptFailed) or not exc.retry:
+            return False
+        if exc.kind is ErrorKind.EMPTY_OUTPUT:
+            if run.config.empty_output == "warn":
+                return False
+            return ctx.empties < run.config.empty_output_attempts
+        return True
+
+    async def on_retry(n: int, exc: BaseException, delay: float) -> None:
+        message = (
+            f"step {step.id}: retrying safe tool {spec.name!r} after attempt {n} of "
+            f"{policy.attempts} failed ({exc}); next attempt in {delay:.2f}s"
+        )
+        await run.bus.emit(run.warn(step.id, "TOOL_RETRY", message))
+
+    return await retry_async(one, policy, retry_if, on_retry=on_retry)
+
+
+# ------------------------------------------------------------------ the runner's call
+
+
+def _tool_call(
+    run: RunState, ctx: StepContext, spec: ToolSpec, args: dict[str, Any], timeout: float | None
+) -> Awaitable[Any]:
+    """One tool call, to await: driven in the step's task, or in a task of its own.
+
+    Without a call timeout, a call that is a coroutine is driven in the step's own
+    task (`_InlineCall`, no task per call); otherwise it runs in a task of its own
+    (`_await_task`). Either way the wait never depends on the tool: on a timeout, or
+    when this step is cancelled, the call is cancelled and not waited for.
+
+    Raises:
+        pydantic.ValidationError: the arguments do not fit the tool's schema
+            (found before the call, on the direct path).
+    """
+    step, validated = ctx.step, ctx.validated
+    ctx.validated = None  # used once: not kept alive while the tool runs (a retry validates)
+    runner = run.runner
+    if type(runner) is LocalToolRunner:
+        trace = run.trace
+        config = trace.tool_config(step.id, spec.name) if trace is not None else None
+        # the resolver's validation, when it is of these very arguments
+        model = validated[1] if validated is not None and validated[0] is args else None
+        direct = None if config is not None or not run.runner_own else direct_coroutine(
+            spec, args, validated=model, callbacks=run.callbacks
+        )  # the tool's own coroutine: no wrapper to pass every turn through
+        coro = direct if direct is not None else runner.call(
+            spec, args, config=config, validated=model, callbacks=run.callbacks
+        )
+    else:
+        coro = runner.call(spec, args)
+    if timeout is None and type(coro) is CoroutineType:
+        # no task of its own: driven here, abandoned (`_InlineCall`) if the step stops
+        return _InlineCall(coro, copy_context(), run, ctx, spec)
+    return _await_task(run, ctx, spec, coro, timeout)
+
+
+async def _await_task(
+    run: RunState, ctx: StepContext, spec: ToolSpec, coro: Awaitable[Any], timeout: float | None
+) -> Any:
+    """Run a tool call in a task of its own; wait for it at most ``timeout`` seconds.
+
+    Raises:
+        TimeoutError: the call took longer than ``timeout``; the message says
+            whether the tool was left running.
+        asyncio.CancelledError: the step was cancelled.
+    """
+    step = ctx.step
+    call = asyncio.ensure_future(coro)
+    if timeout is None:  # the cheapest wait that can stop waiting: a future of our own
+        waiter = asyncio.get_running_loop().create_future()
+        call.add_done_callback(functools.partial(_wake, waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            _abandon(run, call, step, spec)  # nothing to do if the call itself ended so
+            raise
+        return call.result()
+    try:
+        done, _ = await asyncio.wait({call}, timeout=timeout)
+    except asyncio.CancelledError:
+        _abandon(run, call, step, spec)
+        raise
+    if call in done:
+        return call.result()
+    _abandon(run, call, step, spec)
+    for _ in range(3):  # a tool that honours cancellation ends within a few loop turns
+        if call.done():
+            break
+        await asyncio.sleep(0)
+    if isinstance(run.runner, LocalToolRunner) and sync_only(spec.tool):
+        how = "its thread cannot be stopped: the call was abandoned"
+    elif call.done():
+        how = "the call was cancelled"
+    else:
+        how = "the tool ignored the cancellation: it was left running, detached"
+        step_log(run.run_id, step.id).warning(
+            "step {}: tool {!r} ignored the cancellation after its timeout; "
+            "left running, detached (its result will be dropped)",
+            step.id,
+            spec.name,
+        )
+    raise TimeoutError(how)
+
+
+def _stop_call(
+    run: RunState,
+    ctx: StepContext,
+    spec: ToolSpec,
+    context: Context,
+    coro: Coroutine[Any, Any, Any],
+    cancel: asyncio.CancelledError,
+) -> bool:
+    """Whether a cancellation met by an `_InlineCall` stops its step.
+
+    It does when the scheduler cancelled the step or its step timeout ran out: the
+    call then goes on in a task of its own, which gets the cancellation first, and
+    is abandoned (`_detach`). Any other cancellation (e.g. the tool's own timeout)
+    is the tool's.
+    """
+    deadline = ctx.deadline
+    if current_task() not in run.stopping and (deadline is None or not deadline.expired()):
+        return False
+    loop = asyncio.get_running_loop()
+    _detach(run, loop.create_task(_resumed(coro, cancel), context=context), ctx.step, spec)
+    return True
+
+
+def _abandon(run: RunState, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
+    """Cancel a tool call and stop waiting for it; keep it referenced until it ends."""
+    if call.done():
+        return
+    call.cancel()
+    _detach(run, call, step, spec)
+
+
+def _detach(run: RunState, call: asyncio.Future[Any], step: Step, spec: ToolSpec) -> None:
+    """Stop waiting for a tool call; keep it referenced (and logged) until it ends."""
+    run.detached.add(call)
+    call.add_done_callback(
+        functools.partial(_detached_done, run.detached, run.run_id, step.id, spec.name)
+    )
+
+
+def _detached_done(
+    detached: set[asyncio.Future[Any]],
+    run_id: str,
+    step_id: int,
+    tool: str,
+    call: asyncio.Future[Any],
+) -> None:
+    detached.discard(call)
+    if call.cancelled():
+        return
+    exc = call.exception()  # retrieved, so that asyncio does not report it
+    how = f"raised {type(exc).__name__}" if exc is not None else "returned"
+    step_log(run_id, step_id).warning(
+        "step {}: the abandoned call of tool {!r} {} after all; its result was dropped",
+        step_id,
+        tool,
+        how,
+    )
+
+
+class _InlineCall:
+    """A tool call awaited in its step's own task, as if it ran in a task of its own.
+
+    No task per call: the call's coroutine is driven here, in a copy of the step's
+    context (as a task would run it), and everything is passed through to it (results,
+    exceptions, a cancellation that is not the step's, e.g. the tool's own timeout). A
+    cancellation that stops the step (its run says so, and hands the call to a task
+    of its own that throws it in: `_stop_call`) is not waited for: a tool that
+    ignores it is left running, detached, as with a task per call. Without a run
+    (the rest of such a call, `_resumed`) every cancellation is the call's.
+    """
+
+    __slots__ = ("_context", "_coro", "_ctx", "_error", "_run", "_spec", "waited")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        context: Context | None,
+        run: RunState | None = None,
+        ctx: StepContext | None = None,
+        spec: ToolSpec | None = None,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
+        self._coro = coro
+        self._context = context
+        self._run = run
+        self._ctx = ctx
+        self._spec = spec
+        self._error = error
+        self.waited = False
+        """Whether the call yielded to the event loop (waited for something)."""
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, context = self._coro, self._context
+        value: Any = None
+        error = self._error
+        while True:
+            try:
+                if context is None:
+                    yielded = coro.send(value) if error is None else coro.throw(error)
+                elif error is None:
+                    yielded = context.run(coro.send, value)
+                else:
+                    yielded = context.run(coro.throw, error)
+            except StopIteration as end:
+                return end.value
+            value = error = None
+            self.waited = True
+            try:
+                value = yield yielded
+            except asyncio.CancelledError as cancel:
+                if self._stops(coro, cancel):
+                    raise  # the step stops; the call went on in a task of its own
+                error = cancel
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - passed on to the call, as a task would
+                error = exc
+
+    def _stops(self, coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> bool:
+        """Whether ``cancel`` stops the step (`_stop_call`), not only the call."""
+        run, ctx, spec, context = self._run, self._ctx, self._spec, self._context
+        if run is None or ctx is None or spec is None or context is None:
+            return False
+        return _stop_call(run, ctx, spec, context, coro, cancel)
+
+
+async def _resumed(coro: Coroutine[Any, Any, Any], cancel: asyncio.CancelledError) -> Any:
+    """The rest of an abandoned `_InlineCall`, in a task of its own: it gets ``cancel``."""
+    return await _InlineCall(coro, None, error=cancel)
+
+
+def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
+    if not waiter.done():  # not cancelled meanwhile
+        waiter.set_result(None)
+
+
+_NONE_MALFORMED: Mapping[str, list[tuple[str, str]]] = MappingProxyType({})
+"""`_malformed` of a step without a malformed reference."""
+
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _error_flag(raw: Any) -> str | None:
+    """The message of an MCP-style result object whose ``isError`` is true."""
+    if type(raw) in _PLAIN_TYPES:  # plain data has no such attribute
+        return None
+    for attr in ("isError", "is_error"):
+        if getattr(raw, attr, None) is True:
+            content = getattr(raw, "content", None)
+            return as_text(content) if content else f"the tool reported {attr}=true"
+    return None
