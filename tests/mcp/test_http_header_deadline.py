@@ -30,7 +30,7 @@ FD_LIMIT = 64
 HELD = 120
 """Connections that send part of their headers and hold."""
 HEADER_TIMEOUT = "1"
-WAIT = 45.0
+WAIT = 90.0
 """Seconds (bounded) for the server to serve again."""
 
 INIT = {
@@ -66,7 +66,7 @@ def _post(url: str) -> int:
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=3) as response:
+        with urllib.request.urlopen(request, timeout=15) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
