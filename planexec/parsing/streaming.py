@@ -179,6 +179,8 @@ class StreamingPlanParser:
         self._whole_at: int | None = None
         self._whole: tuple[Step, ...] = ()
         self._whole_dialect: str | None = None
+        self._start_at: list[int] = []  # the block starts taken, and their line numbers
+        self._start_line: list[int] = []
         self._region_at = 0  # where the text not yet in a step begins
         self._region_line = 1
         self._region_tries = 0
@@ -323,12 +325,20 @@ class StreamingPlanParser:
 
     def _advance(self, at: int, line_no: int, closers: str) -> bool:
         """A block is complete up to offset ``at``: a whole parse, or one of the block."""
+        if self._json is None:
+            self._start_at.append(at)
+            self._start_line.append(line_no)
         if self._whole_at is None or at >= max(2 * self._whole_at, _WHOLE_MIN):
             prefix = self._slice(0, at) + closers
             self._whole = self._parse(prefix, "json" if self._json is not None else None)
             self._whole_at, self._whole_dialect = at, self.dialect_seen if self._whole else None
             self._local, self._waiting, self._region_tries = [], False, 0
             self._region_at, self._region_line = at, line_no
+            if self._json is None:
+                # the text after the last step's lines (a rewoo ``Plan:`` line may be there)
+                last = max((st.lines[1] for st in self._whole), default=0)
+                k = bisect_right(self._start_line, last)
+                self._region_at, self._region_line = self._start_at[k], self._start_line[k]
             self._last_id = max((st.id for st in self._whole), default=0)
             return True
         if self._waiting:
