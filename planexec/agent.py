@@ -54,6 +54,7 @@ from pydantic import BaseModel
 from planexec._log import run_log, step_log
 from planexec._models import ModelClient
 from planexec.approval import ApprovalDecision, Approver
+from planexec.cancelling import cancel_watch
 from planexec.config import AgentConfig
 from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError, RunError
 from planexec.evaluation import EvalCase, EvalStatus, Evaluator, Verdict, cut, format_results
@@ -365,14 +366,18 @@ class PlanExecuteAgent:
         self._check_expected(output_type, expected)
 
         text = plan if isinstance(plan, str) else plan.source
+        catalog = self._catalog_for(output_type or self.output_type)
         parsed = (
             parse_plan(
-                plan, self.config.planner.dialect, draft_policy=self.config.planner.draft_policy
+                plan,
+                self.config.planner.dialect,
+                draft_policy=self.config.planner.draft_policy,
+                catalog=catalog,
             )
             if isinstance(plan, str)
             else plan
         )
-        parsed = check_plan(parsed, self._catalog_for(output_type or self.output_type))
+        parsed = check_plan(parsed, catalog)
         ctx = await self._start(question, run_id, output_type, event_handlers, config=config)
         ctx.expected = expected
         ctx.allow_replan = False  # a given plan is run as given: REPLAN stops
@@ -595,7 +600,11 @@ class PlanExecuteAgent:
         run = ctx.run
         try:
             try:
-                await self._loop(ctx, given, given_text, recorded=recorded, prior=prior)
+                async with cancel_watch(
+                    self.store, run.run_id,
+                    lambda request: ctx.executor.cancel(f"the run was {request.describe()}"),
+                ):
+                    await self._loop(ctx, given, given_text, recorded=recorded, prior=prior)
             except _Stop as stop:
                 cancelled = stop.kind is ErrorKind.CANCELLED
                 run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
@@ -641,6 +650,11 @@ class PlanExecuteAgent:
         replan: ReplanContext | None = None
         first = True
         while True:
+            if ctx.executor.cancelled:  # a cancel request came between two rounds
+                raise _Stop(
+                    ErrorKind.CANCELLED,
+                    ctx.executor.cancel_reason or "the run was cancelled by the caller",
+                )
             attempt = recorded if first else None
             known: Mapping[int, StepResult] = (prior or {}) if first else {}
             error: str | None = None
@@ -1340,7 +1354,7 @@ class PlanExecuteAgent:
             run.status = RunStatus.FAILED
         if run.status is RunStatus.CANCELLED and run.error is None:
             run.error_kind = ErrorKind.CANCELLED
-            run.error = "the run was cancelled by the caller"
+            run.error = ctx.executor.cancel_reason or "the run was cancelled by the caller"
         run.usage.wall_time = time.perf_counter() - ctx.t0
         if ctx.trace is not None:
             await ctx.trace.end(

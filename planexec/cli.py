@@ -29,7 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("planexec.commands.run", "execute a plan file with tools"),
     "demo": ("planexec.commands.demo", "run the built-in demo end to end (plan, execute, answer)"),
     "ask": ("planexec.commands.ask", "answer a question with the whole plan-execute-recover loop"),
-    "runs": ("planexec.commands.runs", "the run history: list, show, resume, export, timeline"),
+    "runs": (
+        "planexec.commands.runs",
+        "the run history: list, show, resume, cancel, export, timeline",
+    ),
     "serve": ("planexec.commands.serve", "run planexec as an MCP server"),
     "console": (
         "planexec.commands.console",

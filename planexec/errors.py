@@ -17,7 +17,11 @@ Exception tree::
     ├── CircuitOpenError        a circuit breaker is open: the call failed fast
     ├── RunError                a run could not be started, resumed or found
     │   ├── RunNotFoundError
-    │   └── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
+    │   ├── RunCancelledError   the run was cancelled: it does not resume
+    │   ├── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
+    │   │   └── AlreadyDecidedError   another decider was first (who, when, what)
+    │   ├── LeaseHeldError      another live driver holds the run's lease (which one)
+    │   └── DecisionClaimError  no decision allows this call (``refusal`` says why)
     ├── StoreError              the run store failed
     └── CassetteError           regression cassettes
         └── CassetteMissError   a request is not in the cassette (with a diff)
@@ -26,20 +30,29 @@ Exception tree::
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planexec.store.base import Lease
 
 __all__ = [
+    "AlreadyDecidedError",
     "ApprovalError",
     "CassetteError",
     "CassetteMissError",
     "CircuitOpenError",
+    "ClaimRefusal",
     "ConfigError",
+    "DecisionClaimError",
     "ErrorKind",
+    "LeaseHeldError",
     "MissingExtraError",
     "ModelError",
     "ModelTimeoutError",
     "PlanParseError",
     "PlanexecError",
     "RunError",
+    "RunCancelledError",
     "RunNotFoundError",
     "StoreError",
     "ToolLoadError",
@@ -156,6 +169,15 @@ class RunNotFoundError(RunError):
     """No run with that id is in the store."""
 
 
+class RunCancelledError(RunError):
+    """The run was cancelled (`planexec.cancelling.cancel_run`): it does not resume."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        """The run."""
+
+
 class ApprovalError(RunError):
     """An approval decision cannot be recorded.
 
@@ -166,6 +188,77 @@ class ApprovalError(RunError):
     def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+class AlreadyDecidedError(ApprovalError):
+    """The request was decided already (compare-and-set on decisions): who won, and when.
+
+    Raised to the second of two deciders; nothing of the second decision is recorded.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        action: str | None,
+        by: str | None,
+        at: float | None,
+        state: str,
+    ) -> None:
+        super().__init__(message)
+        self.action = action
+        """What the first decider decided (``approve``, ``edit``, ``reject``)."""
+        self.by = by
+        """Who decided first (None when they gave no name)."""
+        self.at = at
+        """When (seconds since the epoch)."""
+        self.state = state
+        """The request's state now (``decided`` or ``claimed``)."""
+
+
+class LeaseHeldError(RunError):
+    """Another driver holds the run's lease (one driver per run): the holder is named.
+
+    Raised by `planexec.store.RunStore.acquire_lease` / ``renew_lease`` and every run
+    driver that takes the lease (execute, resume, continue).
+    """
+
+    def __init__(self, message: str, *, run_id: str, holder: Lease | None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        """The run."""
+        self.holder = holder
+        """The holder's `planexec.store.Lease` (None: the lease was lost, nobody holds it)."""
+
+
+class ClaimRefusal(StrEnum):
+    """Why a recorded decision does not allow a call (`DecisionClaimError.refusal`)."""
+
+    NO_REQUEST = "no_request"
+    """No approval request is on record for the step."""
+    UNDECIDED = "undecided"
+    """The request is open: nobody decided yet."""
+    REJECTED = "rejected"
+    """The decision is a rejection."""
+    WITHDRAWN = "withdrawn"
+    """The request was withdrawn (its step was discarded or asked again)."""
+    TOOL_MISMATCH = "tool_mismatch"
+    """The decision was made for another tool."""
+    ARGS_MISMATCH = "args_mismatch"
+    """The decision was made for other arguments (their digest differs)."""
+    ALREADY_CLAIMED = "already_claimed"
+    """The decision was claimed by a call already: it allows one call only."""
+    LEASE_LOST = "lease_lost"
+    """Another live driver holds the run's lease."""
+
+
+class DecisionClaimError(RunError):
+    """A call's decision could not be claimed: the call must not happen (``refusal``)."""
+
+    def __init__(self, message: str, *, refusal: ClaimRefusal) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """Why (read this, never the message)."""
 
 
 class StoreError(PlanexecError):

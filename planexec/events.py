@@ -31,6 +31,7 @@ __all__ = [
     "LLMCalled",
     "PlanCreated",
     "RecoveryDecided",
+    "RunCancelRequested",
     "RunFinished",
     "RunStarted",
     "StepDiscarded",
@@ -227,6 +228,19 @@ class RecoveryDecided(Event):
     action: str
     reason: str
     step_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCancelRequested(Event):
+    """Someone asked a run to stop (`planexec.cancelling.cancel_run`): who, when, why.
+
+    A durable fact in the run store; the process driving the run sees it within a bounded
+    time and stops the run (`planexec.cancelling.CANCEL_POLL`), and a cancelled run does
+    not resume.
+    """
+
+    reason: str
+    by: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

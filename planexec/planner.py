@@ -608,11 +608,18 @@ class Planner:
 
     # -- parse and check ----------------------------------------------------------------
 
-    def _parse(self, text: str, dialect: str | None = None) -> tuple[Plan | None, str | None]:
+    def _parse(
+        self, text: str, dialect: str | None = None, catalog: ToolCatalog | None = None
+    ) -> tuple[Plan | None, str | None]:
         from planexec.parsing import parse_plan
 
         try:
-            plan = parse_plan(text, dialect or self.dialect, draft_policy=self.draft_policy)
+            plan = parse_plan(
+                text,
+                dialect or self.dialect,
+                draft_policy=self.draft_policy,
+                catalog=catalog or self.catalog,
+            )
         except PlanParseError as exc:
             return None, str(exc)
         if not plan.steps:
@@ -729,7 +736,7 @@ class Planner:
                 else await client.complete(messages, purpose="plan", sink=sink)
             )
             replies.append(text)
-            plan, error = self._parse(text, "json" if structured else None)
+            plan, error = self._parse(text, "json" if structured else None, catalog)
             problems: list[str]
             prior: dict[int, StepResult] = {}
             if plan is None:

@@ -69,7 +69,7 @@ from planexec.errors import ErrorKind, ModelError
 from planexec.events import ArgResolved, EventBus, FallbackUsed
 from planexec.filters import FilterMiss, apply_path, apply_query, hint_literals, parse_hint
 from planexec.grounding import Grounding, HintLiteral, OutputIndex
-from planexec.parsing.jsonrepair import extract_json_object
+from planexec.parsing.jsonrepair import extract_json
 from planexec.parsing.refs import contains_placeholder
 from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
 from planexec.results import (
@@ -1437,7 +1437,10 @@ class _Resolution:
     ) -> dict[str, Any]:
         if not reply.strip():
             raise _BadReply("the reply was empty")
-        obj = extract_json_object(reply)
+        found = extract_json(reply)
+        if found.duplicate_key is not None:
+            raise _BadReply(f"the reply's JSON is refused: {found.error}")
+        obj = found.value
         if not isinstance(obj, dict):
             raise _BadReply("no JSON object was found in the reply")
         missing = [n for n in needs if n not in obj]

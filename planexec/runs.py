@@ -66,7 +66,8 @@ from planexec.approval import (
     pending_approvals,
     recorded_decisions,
 )
-from planexec.errors import ApprovalError, ErrorKind, RunError
+from planexec.cancelling import cancel_watch
+from planexec.errors import ApprovalError, ErrorKind, RunCancelledError, RunError
 from planexec.events import (
     Event,
     EventBus,
@@ -208,6 +209,12 @@ def plan_resume(
         RunError: the run is still running in a live process of this host.
     """
     record = store.get_run(run_id)
+    cancelled = store.cancel_request(run_id)
+    if cancelled is not None or record.status is RunStatus.CANCELLED:
+        why = f": {cancelled.describe()}" if cancelled is not None else ""
+        raise RunCancelledError(
+            f"run {run_id} was cancelled{why}; a cancelled run does not resume", run_id=run_id
+        )
     if (
         record.status is RunStatus.RUNNING
         and not allow_running
@@ -739,7 +746,10 @@ async def _execute_recorded(
     await bus.emit(PlanCreated(run_id=run_id, version=1, plan=plan, text=text))
     try:
         try:
-            results = await executor.run(plan, plan_version=1)
+            async with cancel_watch(
+                store, run_id, lambda request: executor.cancel(f"the run was {request.describe()}")
+            ):
+                results = await executor.run(plan, plan_version=1)
         except asyncio.CancelledError:
             await bus.emit(
                 RunFinished(

@@ -1,8 +1,10 @@
 """``planexec parse``, ``planexec validate`` and ``planexec show``: plan text → Plan.
 
-- ``parse FILE|- [--dialect D] [--draft-policy P] [--json]`` prints the steps and the
-  diagnostics; exit 0 when a plan was produced, 2 (with the reason on stderr, and
-  ``{"error": ...}`` on stdout with ``--json``) when none was.
+- ``parse FILE|- [--dialect D] [--draft-policy P] [--tools MODULE:ATTR] [--json]`` prints
+  the steps and the diagnostics; exit 0 when a plan was produced, 2 (with the reason on
+  stderr, and ``{"error": ...}`` on stdout with ``--json``) when none was. With
+  ``--tools`` the plan is read with the catalog (`parse_plan(..., catalog=)`: a JSON
+  plan's tool is the field naming a catalog tool) and checked against it.
 - ``validate FILE --tools MODULE:ATTR [--json]`` also checks the plan against the
   tools (unknown tools, missing required arguments); exit 1 when an error diagnostic
   was found, 0 otherwise, 2 when there is no plan or the tools cannot be loaded.
@@ -13,13 +15,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planexec.commands._args import read_input
 from planexec.commands._output import to_json
 from planexec.errors import ConfigError, PlanexecError, PlanParseError
 from planexec.parsing import DIALECTS, DRAFT_POLICIES, check_plan, parse_plan
 from planexec.plan import Plan, Severity, Step, to_jsonable
+
+if TYPE_CHECKING:
+    from planexec.parsing import CatalogLike
 
 __all__ = ["register", "render_dot", "render_mermaid", "render_text"]
 
@@ -45,6 +50,11 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "parse", parents=[common], help="parse a plan and print its steps and diagnostics"
+    )
+    p.add_argument(
+        "--tools",
+        metavar="MODULE:ATTR",
+        help="read the plan with these langchain-core tools (or a function returning them)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_parse)
@@ -93,14 +103,19 @@ def _fail_load(args: argparse.Namespace, exc: PlanexecError) -> int:
     return _fail(args, str(exc))
 
 
-def _load(args: argparse.Namespace) -> Plan:
+def _load(args: argparse.Namespace, catalog: CatalogLike | None = None) -> Plan:
     text = _read(args.file)
-    return parse_plan(text, args.dialect, draft_policy=args.draft_policy)
+    return parse_plan(text, args.dialect, draft_policy=args.draft_policy, catalog=catalog)
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
     try:
-        plan = _load(args)
+        catalog: CatalogLike | None = None
+        if args.tools:  # only then: parsing alone loads neither langchain nor langsmith
+            from planexec.tools import ToolCatalog, load_tools
+
+            catalog = ToolCatalog(load_tools(args.tools))
+        plan = _load(args, catalog)
     except PlanexecError as exc:
         return _fail_load(args, exc)
     _print_plan(plan, as_json=args.json)
@@ -112,7 +127,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     try:
         catalog = ToolCatalog(load_tools(args.tools))
-        plan = _load(args)
+        plan = _load(args, catalog)
     except PlanexecError as exc:
         return _fail_load(args, exc)
     plan = check_plan(plan, catalog)

@@ -195,7 +195,8 @@ def run_command(args: argparse.Namespace) -> int:
     async def execute() -> tuple[Plan, list[StepResult]]:
         async with open_tools(args) as tools:
             catalog = ToolCatalog(tools)
-            plan = check_plan(parsed, catalog)
+            # read again with the tools: a JSON plan's tool is the field naming one of them
+            plan = check_plan(parse_plan(text, args.dialect, catalog=catalog), catalog)
             # the same client (timeout, retries, breaker), limits and runner as the library
             runtime = Runtime(model, catalog, config)
             # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
@@ -206,8 +207,11 @@ def run_command(args: argparse.Namespace) -> int:
             )
             return plan, results
 
+    cancelled = None
     try:
         plan, results = run_interruptible(execute())
+        if store is not None:
+            cancelled = store.cancel_request(run_id)
     finally:
         if store is not None:
             store.close()
@@ -232,6 +236,9 @@ def run_command(args: argparse.Namespace) -> int:
         waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
         if waiting:
             print(waiting_message(args, run_id, waiting), file=sys.stderr)
+        if cancelled is not None:  # from outside: `planexec runs cancel`, MCP cancel_run
+            print(f"planexec: run {run_id} was {cancelled.describe()}", file=sys.stderr)
+            return 130
     return _exit_code(results, plan)
 
 

@@ -136,7 +136,7 @@ def register(subparsers: Any) -> None:
     """Add the ``runs`` command group."""
     p = subparsers.add_parser(
         "runs",
-        help="the run history: list, show, resume, export, timeline",
+        help="the run history: list, show, resume, cancel, export, timeline",
         description="Recorded runs: list them (--status failed is the dead-letter view), "
         "show one, resume an interrupted one, export it, or draw its timeline.",
     )
@@ -239,6 +239,22 @@ def _register_decisions(sub: Any) -> None:
     rj.add_argument("--by", metavar="NAME", help="who decides (default: the user name)")
     add_store_arguments(rj, allow_disable=False)
     rj.set_defaults(func=cmd_reject)
+
+    cn = sub.add_parser(
+        "cancel",
+        help="stop a run, from any process or host that reaches its store",
+        description="Record a cancel request (who, when, why). A run driven by a live "
+        "process stops within a second or so (its running steps are cancelled, nothing "
+        "new starts); a run nobody drives (waiting for approval, interrupted) is "
+        "CANCELLED at once and its open approval requests are withdrawn. A cancelled run "
+        "does not resume.",
+    )
+    cn.add_argument("run_id", metavar="RUN_ID")
+    cn.add_argument("--reason", default="cancelled from the command line", metavar="TEXT",
+                    help="why (shown with the run)")
+    cn.add_argument("--by", metavar="NAME", help="who cancels (default: the user name)")
+    add_store_arguments(cn, allow_disable=False)
+    cn.set_defaults(func=cmd_cancel)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -673,6 +689,38 @@ def cmd_approve(args: argparse.Namespace) -> int:
         f"{args.run_id}" + (f" --store {shlex.quote(args.store)}" if args.store else "")
     )
     return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Handle ``planexec runs cancel``."""
+    from planexec.cancelling import CANCEL_POLL
+
+    who = _who(args)
+    store = open_store(args.store)
+    try:
+        outcome = run_interruptible(_cancel(store, args.run_id, args.reason, who))[1]
+    finally:
+        store.close()
+    if outcome is None:
+        return 1
+    if outcome.stopped:
+        withdrawn = (
+            f"; approval requests withdrawn: steps {list(outcome.withdrawn)}"
+            if outcome.withdrawn else ""
+        )
+        print(f"run {args.run_id}: CANCELLED ({outcome.request.describe()}){withdrawn}")
+    else:
+        print(
+            f"run {args.run_id}: cancel requested ({outcome.request.describe()}); the process "
+            f"running it stops it within {CANCEL_POLL:g} s and the time its tools take to stop"
+        )
+    return 0
+
+
+async def _cancel(store: RunStore, run_id: str, reason: str, by: str) -> tuple[int, Any]:
+    from planexec.cancelling import cancel_run
+
+    return 0, await cancel_run(store, run_id, reason=reason, by=by)
 
 
 def cmd_reject(args: argparse.Namespace) -> int:

@@ -24,8 +24,8 @@ def register(subparsers: Any) -> None:
         help="run planexec as an MCP server",
         description=(
             "Expose parse_plan, validate_plan, execute_plan, ask, get_run, approve_step, "
-            "reject_step and resume_run as MCP tools, over stdio (default) or streamable "
-            "HTTP (--http, bound to 127.0.0.1)."
+            "reject_step, cancel_run and resume_run as MCP tools, over stdio (default) or "
+            "streamable HTTP (--http, bound to 127.0.0.1)."
         ),
     )
     p.add_argument("--tools", metavar="MODULE:ATTR", help="tools plans may call")

@@ -251,6 +251,11 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
             and status in (RunStatus.WAITING_APPROVAL.value, RunStatus.INTERRUPTED.value)
             and run_id not in settings.resumes
         )
+        data["cancellable"] = status in (
+            RunStatus.RUNNING.value,
+            RunStatus.WAITING_APPROVAL.value,
+            RunStatus.INTERRUPTED.value,
+        )
         return data
 
     async def run_page(request: Request) -> Response:
@@ -385,6 +390,24 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
         settings.resumes[run_id] = asyncio.create_task(go())
         return RedirectResponse(f"/runs/{run_id}?flash=resuming", status_code=303)
 
+    async def cancel(request: Request) -> Response:
+        from planexec.cancelling import cancel_run
+
+        run_id = request.path_params["run_id"]
+        try:
+            form = await _form(request)
+        except _Refused as exc:
+            return HTMLResponse(_html.error_page(exc.status, exc.message), exc.status)
+        reason = form.get("reason", "").strip() or "cancelled from the console"
+        try:
+            outcome = await cancel_run(store, run_id, reason=reason, by="console")
+        except RunNotFoundError:
+            return HTMLResponse(_html.error_page(404, f"no run {run_id!r}"), 404)
+        except PlanexecError as exc:
+            return RedirectResponse(f"/runs/{run_id}?flash={quote(str(exc))}", status_code=303)
+        said = "cancelled" if outcome.stopped else "cancel requested: its process stops it"
+        return RedirectResponse(f"/runs/{run_id}?flash={quote(said)}", status_code=303)
+
     async def stream(request: Request) -> Response:
         run_id = request.query_params.get("run") or None
         since = request.query_params.get("since")  # the state the page was drawn from
@@ -417,6 +440,7 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
         Route("/runs/{run_id}/steps/{step:int}", approval_page),
         Route("/runs/{run_id}/steps/{step:int}/{action:str}", decide, methods=["POST"]),
         Route("/runs/{run_id}/resume", resume, methods=["POST"]),
+        Route("/runs/{run_id}/cancel", cancel, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     return _Guard(app, settings)

@@ -253,6 +253,13 @@ def run_main(data: Mapping[str, Any], *, flash: str | None = None) -> str:
             for w in waiting
         )
         out.append(f"<section id=waiting><h2>Waiting for approval</h2><ul>{items}</ul></section>")
+    if data.get("cancellable"):
+        out.append(
+            f'<form method=post action="/runs/{rid}/cancel" class=inline>'
+            f'<input type=hidden name=csrf value="{esc(data["csrf"])}">'
+            '<input type=text name=reason id=cancel-reason placeholder="why (recorded)">'
+            "<button id=cancel type=submit>Cancel the run</button></form>"
+        )
     if data.get("resumable"):
         out.append(
             f'<form method=post action="/runs/{rid}/resume" class=inline>'

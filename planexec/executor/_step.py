@@ -216,6 +216,12 @@ def _check_upstream(step: Step, results: Mapping[int, StepResult]) -> None:
             how = f"argument {where[dep]!r} refers to" if referenced else "depends on"
             cause = r.error or r.note or "no output"
             kind = f"{r.error_kind}: " if r.error_kind else ""
+            if r.failure is not None and r.failure.kind is ErrorKind.UPSTREAM_FAILED:
+                # blocked in turn: name the failure at the root of the chain, whose words
+                # its own message carries as its cause, not the whole chain's messages
+                # (each one quoting the last made a chain of n steps write n² characters)
+                cause = r.failure.cause or cause
+                kind = "caused by "
             message = (
                 f"step {step.id}: blocked: {how} step {dep}, which is "
                 f"{r.status.value.lower()} ({kind}{cause}); the tool was not called"

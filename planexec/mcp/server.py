@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLANEXEC_TOOLS",
     "AskResult",
+    "CancelResult",
     "DiagnosticOut",
     "DecisionResult",
     "ExecutePlanResult",
@@ -104,6 +105,7 @@ PLANEXEC_TOOLS = (
     "get_run",
     "approve_step",
     "reject_step",
+    "cancel_run",
     "resume_run",
 )
 """The names of the tools planexec itself exposes."""
@@ -168,6 +170,9 @@ EditedArgs = Annotated[
 ]
 """The ``args`` input of ``approve_step``."""
 DecidedBy = Annotated[str, Field(description="Who decides (recorded with the decision).")]
+CancelReason = Annotated[
+    str, Field(min_length=1, description="Why the run is cancelled (recorded and shown).")
+]
 """The ``by`` input of ``approve_step`` and ``reject_step``."""
 Reason = Annotated[str, Field(min_length=1, description="Why the step is rejected (the "
                               "planner is told).")]
@@ -325,6 +330,20 @@ class DecisionResult(BaseModel):
     pending_approval: list[PendingApprovalOut] = Field(
         default_factory=list, description="Steps of the run still waiting for a decision."
     )
+
+
+
+class CancelResult(BaseModel):
+    """What ``cancel_run`` did."""
+
+    run_id: str
+    stopped: bool = Field(
+        description="True: nobody executed the run and it is CANCELLED now; false: the "
+        "process executing it stops it within a second or so."
+    )
+    by: str | None = Field(description="Who asked.")
+    reason: str = Field(description="Why.")
+    withdrawn_steps: list[int] = Field(description="Steps whose approval requests were withdrawn.")
 
 
 class GetRunResult(BaseModel):
@@ -491,13 +510,13 @@ def _check_size(text: str, max_chars: int) -> None:
         )
 
 
-def _parse(text: str, dialect: str) -> Plan:
+def _parse(text: str, dialect: str, catalog: ToolCatalog | None = None) -> Plan:
     from planexec.parsing import parse_plan
 
     if not text.strip():
         raise ToolError("the plan text is empty")
     try:
-        return parse_plan(text, dialect)
+        return parse_plan(text, dialect, catalog=catalog)
     except PlanexecError as exc:
         diags = getattr(exc, "diagnostics", ())
         extra = "".join(f"\n  - {d}" for d in list(diags)[:10])
@@ -829,7 +848,7 @@ def build_server(
         _check_size(text, max_plan_chars)
 
         def work() -> Plan:
-            plan = _parse(text, dialect)
+            plan = _parse(text, dialect, catalog if check else None)
             return check_plan(plan, catalog) if check else plan
 
         return await anyio.to_thread.run_sync(work)
@@ -1106,6 +1125,37 @@ def build_server(
             raise ToolError("the reason is empty: say why (the planner is told)")
         decision = ApprovalDecision.reject(reason, by=by)
         return _model_result(await decide(run_id, step, decision, "reject_step", ctx))
+
+    @register(
+        description=(
+            "Cancel a run (one get_run may read): the request is recorded with who and why; "
+            "a run executing in any process that shares this server's store stops within a "
+            "second or so (running steps cancelled, nothing new started), and a run nobody "
+            "executes (waiting for approval, interrupted) is CANCELLED at once. A cancelled "
+            "run does not resume."
+        ),
+        annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    async def cancel_run(
+        run_id: RunId, reason: CancelReason = "cancelled by an MCP client",
+        by: DecidedBy = "mcp client",
+    ) -> Annotated[mcp_types.CallToolResult, CancelResult]:
+        from planexec.cancelling import cancel_run as cancel
+        from planexec.errors import RunError, RunNotFoundError
+
+        visible(run_id, "cancel_run")
+        try:
+            outcome = await cancel(store, run_id, reason=reason, by=by)
+        except RunNotFoundError as exc:
+            raise ToolError(f"no run with id {run_id!r} in the store") from exc
+        except RunError as exc:
+            raise ToolError(str(exc)) from exc
+        return _model_result(
+            CancelResult(
+                run_id=run_id, stopped=outcome.stopped, by=outcome.request.by,
+                reason=outcome.request.reason, withdrawn_steps=list(outcome.withdrawn),
+            )
+        )
 
     @register(
         description=(

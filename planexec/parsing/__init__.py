@@ -130,7 +130,13 @@ def detect_dialect(text: str) -> str:
     return "hashstep"
 
 
-def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_complete") -> Plan:
+def parse_plan(
+    text: str,
+    dialect: str = "auto",
+    *,
+    draft_policy: str = "last_complete",
+    catalog: CatalogLike | None = None,
+) -> Plan:
     """Parse a planner's reply into a checked `Plan`.
 
     Args:
@@ -139,10 +145,14 @@ def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_co
             ``"rewoo"``, ``"llmcompiler"`` or ``"json"``.
         draft_policy: For hashstep replies holding several drafts: ``"last_complete"``
             (default), ``"first"`` or ``"last"``.
+        catalog: The tools the plan may use (a `planexec.tools.ToolCatalog`). The json
+            dialect finds each step's tool with it (the field whose value names a
+            catalog tool, whatever its key) and maps positional argument lists onto the
+            tool's parameters; every dialect's plan is then checked against it.
 
     Returns:
-        The plan, with the parser's diagnostics and those of the structural checks
-        (`check_plan` without a catalog).
+        The plan, with the parser's diagnostics and those of `check_plan` (structural
+        checks, and the catalog's when one is given).
 
     Raises:
         PlanParseError: the text holds no usable plan (or is not a string); the message
@@ -158,12 +168,16 @@ def parse_plan(text: str, dialect: str = "auto", *, draft_policy: str = "last_co
     if not isinstance(text, str):
         raise PlanParseError(f"expected plan text, got {type(text).__name__}")
     chosen = detect_dialect(text) if dialect == "auto" else dialect
+    if dialect == "auto" and chosen != "json" and catalog is not None and looks_like_json_plan(
+        text, catalog
+    ):
+        chosen = "json"  # JSON whose steps only the catalog recognizes (a field names a tool)
     if chosen == "rewoo":
         plan = parse_rewoo(text)
     elif chosen == "llmcompiler":
         plan = parse_llmcompiler(text)
     elif chosen == "json":
-        plan = parse_json_plan(text)
+        plan = parse_json_plan(text, catalog)
     else:
         plan = parse_hashstep(text, draft_policy=draft_policy)
-    return check_plan(plan)
+    return check_plan(plan, catalog)

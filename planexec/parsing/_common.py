@@ -9,7 +9,12 @@ from typing import Any
 
 from planexec._log import step_log
 from planexec._text import snippet
-from planexec.parsing.jsonrepair import JSONReader, RepairFailure, closing_bracket
+from planexec.parsing.jsonrepair import (
+    JSONReader,
+    RepairFailure,
+    closing_bracket,
+    duplicate_message,
+)
 from planexec.parsing.refs import (
     HINTED_BY,
     MAX_STEP_DIGITS,
@@ -378,9 +383,13 @@ def read_call_args(text: str, *, dialect: str = "llmcompiler") -> CallArgs:
         if m is not None:
             r.pos = m.end()
             key = m.group(1)
+            value = r.value()
             if key in out.kwargs:
-                raise RepairFailure(f"the keyword argument {key!r} is given twice")
-            out.kwargs[key] = r.value()
+                raise RepairFailure(
+                    "keyword argument: " + duplicate_message(key, out.kwargs[key], value),
+                    duplicate_key=key,
+                )
+            out.kwargs[key] = value
         else:
             if out.kwargs:
                 out.problems.append("a positional argument follows a keyword argument")

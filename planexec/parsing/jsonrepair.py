@@ -31,6 +31,11 @@ The same holds for a whole value that is an escaped JSON string with an ellipsis
 an object is data and is left alone.
 
 JSON ``null`` alone is strict JSON: the value is None with no error.
+
+A key given twice in one object (``{"priority": "low", "priority": "high"}``) is never
+"last one wins": it is an error naming the key and both values (``duplicate_key`` set),
+also inside nested objects and escaped JSON strings. `read_json_keeping_duplicates` is
+the variant for the json plan dialect, which reports each duplicate on its step.
 """
 
 from __future__ import annotations
@@ -42,11 +47,14 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "DuplicateKey",
     "JSONReader",
     "RepairFailure",
     "RepairResult",
     "closing_bracket",
+    "extract_json",
     "extract_json_object",
+    "read_json_keeping_duplicates",
     "repair_json",
 ]
 
@@ -78,11 +86,54 @@ class RepairResult:
     elided: bool = False
     """True when the text elides data with ``...`` (also inside a whole escaped JSON
     string): a planner wrote an example, not a complete value."""
+    duplicate_key: str | None = None
+    """The key an object gives twice, when that is why the text was refused."""
 
     @property
     def ok(self) -> bool:
         """Whether the text was read (strictly or with repairs)."""
         return self.error is None
+
+
+@dataclass(frozen=True, eq=False)
+class DuplicateKey:
+    """A key given twice in one JSON object (see `read_json_keeping_duplicates`)."""
+
+    owner: dict[str, Any]
+    """The object as read (holding the first value), compared by identity."""
+    key: str
+    """The key given twice."""
+    first: Any
+    """The value given first."""
+    second: Any
+    """The value given next."""
+
+    @property
+    def message(self) -> str:
+        """The key and both values, in words."""
+        return duplicate_message(self.key, self.first, self.second)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def duplicate_message(key: str, first: Any, second: Any) -> str:
+    """The words for a key given twice: the key and both values.
+
+    Args:
+        key: The key (or keyword argument) given twice.
+        first: Its first value.
+        second: Its next value.
+
+    Returns:
+        A sentence naming the key and both values.
+    """
+    return (
+        f"the key {key!r} is given twice, with the values {_shown(first)} and "
+        f"{_shown(second)}; which one is meant is not known"
+    )
 
 
 class RepairFailure(Exception):
@@ -94,13 +145,45 @@ class RepairFailure(Exception):
         message: Why the text cannot be read, in words.
         truncated: The text looks cut off (it ends inside a value).
         elided: The text elides data with ``...``.
+        duplicate_key: The key an object gives twice, when that is the reason.
     """
 
-    def __init__(self, message: str, *, truncated: bool = False, elided: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        truncated: bool = False,
+        elided: bool = False,
+        duplicate_key: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.truncated = truncated
         self.elided = elided
+        self.duplicate_key = duplicate_key
+
+
+class _Duplicate(Exception):
+    """A key given twice, raised out of `json.loads` (not a ValueError: no fallback)."""
+
+    def __init__(self, key: str, first: Any, second: Any) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def _pairs_hook(dups: list[DuplicateKey] | None) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                if dups is None:
+                    raise _Duplicate(key, out[key], value)
+                dups.append(DuplicateKey(out, key, out[key], value))
+                continue
+            out[key] = value
+        return out
+
+    return hook
 
 
 class JSONReader:
@@ -111,10 +194,14 @@ class JSONReader:
     read as the strings ``"$1"``/``"${1}"`` for the reference grammar to pick up.
     """
 
-    def __init__(self, text: str, *, python: bool = False) -> None:
+    def __init__(
+        self, text: str, *, python: bool = False, duplicates: list[DuplicateKey] | None = None
+    ) -> None:
         self.text = text
         self.pos = 0
         self.python = python
+        self.duplicates = duplicates
+        """Where a key given twice is recorded (the first value kept); None: refuse it."""
         self.repairs: list[str] = []
         self.placeholder_repairs: set[str] = set()
         """The entries of ``repairs`` that are unquoted placeholders (as data, so a
@@ -401,7 +488,14 @@ class JSONReader:
             if self.text[self.pos] != ":":
                 raise RepairFailure(f"expected ':' after key {key!r} {self.where()}")
             self.pos += 1
-            out[key] = self.value()
+            value = self.value()
+            if key in out:
+                if self.duplicates is None:
+                    raise RepairFailure(duplicate_message(key, out[key], value),
+                                        duplicate_key=key)
+                self.duplicates.append(DuplicateKey(out, key, out[key], value))
+            else:
+                out[key] = value
             self.skip_ws()
             if self.at_end():
                 raise RepairFailure("unclosed '{' at the end of the text", truncated=True)
@@ -479,13 +573,18 @@ def _looks_like_placeholder(text: str) -> bool:
     return bool(_PLACEHOLDER_RE.match(text.strip()))
 
 
-def _post(value: Any, repairs: list[str], depth: int) -> RepairResult:
+def _post(
+    value: Any, repairs: list[str], depth: int, dups: list[DuplicateKey] | None
+) -> RepairResult:
     if isinstance(value, str):
         inner = value.strip(_WS)
         if _looks_like_placeholder(inner):
             return RepairResult(value, tuple([*repairs, "bare placeholder string"]))
         if depth == 0 and inner[:1] in ("{", "["):
-            sub = _repair(inner, depth + 1)
+            sub = _repair(inner, depth + 1, dups)
+            if sub.duplicate_key is not None:
+                return RepairResult(None, tuple(repairs), sub.error,
+                                    duplicate_key=sub.duplicate_key)
             if sub.error is None and isinstance(sub.value, dict | list):
                 return RepairResult(sub.value, tuple([*repairs, "escaped JSON string",
                                                       *sub.repairs]))
@@ -502,7 +601,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(name)
 
 
-def _repair(text: str, depth: int) -> RepairResult:
+def _repair(text: str, depth: int, dups: list[DuplicateKey] | None = None) -> RepairResult:
     repairs: list[str] = []
     s = _strip_wrapping(text, repairs)
     if not s:
@@ -513,10 +612,16 @@ def _repair(text: str, depth: int) -> RepairResult:
     if s.lower() == "none":
         return RepairResult({}, tuple([*repairs, "None means no arguments"]))
     try:
-        return _post(json.loads(s, parse_constant=_reject_constant), repairs, depth)
+        strict = json.loads(s, parse_constant=_reject_constant, object_pairs_hook=_pairs_hook(dups))
+        return _post(strict, repairs, depth, dups)
+    except _Duplicate as dup:
+        return RepairResult(None, tuple(repairs), duplicate_message(dup.key, dup.first,
+                                                                    dup.second),
+                            duplicate_key=dup.key)
     except (ValueError, RecursionError):
-        pass
-    reader = JSONReader(s)
+        if dups:
+            del dups[:]  # the tolerant reader reads the text again
+    reader = JSONReader(s, duplicates=dups)
     try:
         value = reader.value()
         reader.skip_ws()
@@ -525,8 +630,8 @@ def _repair(text: str, depth: int) -> RepairResult:
             raise RepairFailure(f"unexpected text after the value {reader.where()}: {rest!r}")
     except RepairFailure as fail:
         return RepairResult(None, tuple(repairs + reader.repairs), fail.message, fail.truncated,
-                            fail.elided)
-    return _post(value, repairs + reader.repairs, depth)
+                            fail.elided, fail.duplicate_key)
+    return _post(value, repairs + reader.repairs, depth, dups)
 
 
 def repair_json(text: str) -> RepairResult:
@@ -548,6 +653,25 @@ def repair_json(text: str) -> RepairResult:
     if not isinstance(text, str):
         text = str(text)
     return _repair(text, 0)
+
+
+def read_json_keeping_duplicates(text: str) -> tuple[RepairResult, tuple[DuplicateKey, ...]]:
+    """`repair_json`, but a key given twice keeps its first value and is recorded.
+
+    For readers that report each duplicate where it occurs (the json plan dialect marks
+    the step holding it invalid) instead of refusing the whole text.
+
+    Args:
+        text: The JSON-ish text.
+
+    Returns:
+        ``(result, duplicates)``: the result as `repair_json` gives it (with the first
+        value of each duplicated key) and every key given twice, with the object holding
+        it (compare by identity: ``d.owner is obj``).
+    """
+    dups: list[DuplicateKey] = []
+    got = _repair(text if isinstance(text, str) else str(text), 0, dups)
+    return got, tuple(dups)
 
 
 def closing_bracket(
@@ -604,32 +728,39 @@ def _balanced_end(text: str, start: int) -> int | None:
     return None if end is None else end + 1
 
 
-def extract_json_object(text: str) -> Any | None:
-    """Find the JSON object (or array) in an LLM reply.
+def extract_json(text: str) -> RepairResult:
+    """Find the JSON object (or array) in an LLM reply, or say why there is none.
 
     Tried in order: the whole reply (tolerantly, see `repair_json`); each code fence
     (also one-line fences such as ```` ```json{"a": 1}``` ````); then each balanced
-    ``{...}``/``[...]`` in the prose, objects first. Only dicts and lists are returned.
+    ``{...}``/``[...]`` in the prose, objects first. A candidate that gives a key twice
+    ends the search with that error (``duplicate_key`` set): no part of it, and no later
+    value, is read in its place.
 
     Args:
         text: the model's reply.
 
     Returns:
-        The first dict or list found, or None (also for a reply that is not a string);
-        no reply raises.
+        The first dict or list found (``value``), or a result with ``error`` set: no
+        reply raises.
     """
+    none = RepairResult(None, (), "no JSON object or array was found")
     if not isinstance(text, str) or not text.strip():
-        return None
+        return none
     whole = repair_json(text)
-    if whole.error is None and isinstance(whole.value, dict | list):
-        return whole.value
+    if whole.duplicate_key is not None or (
+        whole.error is None and isinstance(whole.value, dict | list)
+    ):
+        return whole
     for m in _FENCE_RE.finditer(text):
         body = m.group(2)
         for candidate in (body, m.group(1) + body):
             got = repair_json(candidate)
-            if got.error is None and isinstance(got.value, dict | list):
-                return got.value
-    found_list: Any | None = None
+            if got.duplicate_key is not None or (
+                got.error is None and isinstance(got.value, dict | list)
+            ):
+                return got
+    found_list: RepairResult | None = None
     tries = 0
     for opener in ("{", "["):
         pos = text.find(opener)
@@ -638,10 +769,25 @@ def extract_json_object(text: str) -> Any | None:
             end = _balanced_end(text, pos)
             if end is not None:
                 got = repair_json(text[pos:end])
+                if got.duplicate_key is not None:
+                    return got
                 if got.error is None and isinstance(got.value, dict):
-                    return got.value
+                    return got
                 if got.error is None and isinstance(got.value, list) and found_list is None:
-                    found_list = got.value
+                    found_list = got
             pos = text.find(opener, pos + 1)
-    return found_list
+    return found_list if found_list is not None else none
 
+
+def extract_json_object(text: str) -> Any | None:
+    """The value `extract_json` finds in an LLM reply, or None.
+
+    Args:
+        text: the model's reply.
+
+    Returns:
+        The first dict or list found, or None (also for a reply that is not a string,
+        and for one whose JSON gives a key twice); no reply raises.
+    """
+    got = extract_json(text)
+    return got.value if got.error is None else None

@@ -16,8 +16,13 @@ import os
 from pathlib import Path
 
 from planexec.store.base import (
+    LEASE_TTL,
+    ApprovalRecord,
+    CancelRequest,
+    Lease,
     RecordedPlan,
     RecordedStep,
+    RequestState,
     RunRecord,
     RunStore,
     StartedCall,
@@ -28,11 +33,16 @@ from planexec.store.sqlite import SCHEMA_VERSION, SQLiteRunStore
 
 __all__ = [
     "ENV_VAR",
+    "LEASE_TTL",
     "MEMORY",
     "SCHEMA_VERSION",
+    "ApprovalRecord",
+    "CancelRequest",
+    "Lease",
     "MemoryRunStore",
     "RecordedPlan",
     "RecordedStep",
+    "RequestState",
     "RunRecord",
     "RunStore",
     "SQLiteRunStore",

@@ -8,28 +8,49 @@ never drives a run. Resume (`planexec.runs`) reads these records back.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from planexec.errors import (
+    AlreadyDecidedError,
+    ApprovalError,
+    ClaimRefusal,
+    DecisionClaimError,
+    LeaseHeldError,
+)
 from planexec.events import Event, EventBus
 from planexec.plan import Diagnostic, Plan
 from planexec.results import RunStatus, StepResult
 
 __all__ = [
+    "DECIDED_ACTIONS",
     "EXPORT_FORMAT",
     "CHECKPOINT_EVENTS",
+    "LEASE_TTL",
     "RUN_FIELDS",
+    "ApprovalRecord",
+    "Lease",
+    "RequestState",
     "RecordedPlan",
     "RecordedStep",
     "RunRecord",
     "RunStore",
     "StartedCall",
+    "CancelRequest",
+    "check_claim",
+    "check_decidable",
+    "decided",
     "checkpoint",
     "effective_status",
+    "lease_lost",
+    "lease_refused",
+    "new_lease",
     "export_document",
     "is_checkpoint",
     "owner_alive",
@@ -44,7 +65,8 @@ EXPORT_FORMAT = "planexec.run/1"
 
 CHECKPOINT_EVENTS = frozenset(
     {"RunStarted", "PlanCreated", "ToolCallStarted", "StepFinished", "StepDiscarded",
-     "RecoveryDecided", "RunFinished", "ApprovalRequested", "ApprovalDecided"}
+     "RecoveryDecided", "RunFinished", "ApprovalRequested", "ApprovalDecided",
+     "RunCancelRequested"}
 )
 """Event types that may be committed before `RunStore.handle` returns (see `is_checkpoint`).
 
@@ -210,6 +232,35 @@ class RecordedStep:
 
 
 @dataclass(frozen=True)
+class CancelRequest:
+    """A request to stop a run, as recorded from its ``RunCancelRequested`` event."""
+
+    run_id: str
+    """The run."""
+    reason: str
+    """Why, in the words of who asked."""
+    by: str | None
+    """Who asked."""
+    requested_at: float
+    """When (seconds since the epoch)."""
+
+    @classmethod
+    def from_event(cls, data: Mapping[str, Any]) -> CancelRequest:
+        """Rebuild the request from its recorded event (JSON data)."""
+        by = data.get("by")
+        return cls(
+            run_id=str(data["run_id"]),
+            reason=str(data.get("reason") or ""),
+            by=None if by is None else str(by),
+            requested_at=float(data.get("ts") or 0.0),
+        )
+
+    def describe(self) -> str:
+        """``cancelled by dana: wrong account`` (who and why, for messages)."""
+        return f"cancelled by {self.by or 'someone'}: {self.reason or 'no reason given'}"
+
+
+@dataclass(frozen=True)
 class StartedCall:
     """A ``ToolCallStarted`` with no ``StepFinished`` after it for the same step."""
 
@@ -277,6 +328,13 @@ class RunStore(Protocol):
         """Return the steps whose tool call started and whose result was never recorded."""
         ...
 
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request (its ``RunCancelRequested``), if any.
+
+        Cheap enough to ask twice a second while the run executes (the driver's watch).
+        """
+        ...
+
     def export(self, run_id: str) -> dict[str, Any]:
         """Return everything recorded about a run as one JSON document."""
         ...
@@ -291,6 +349,119 @@ class RunStore(Protocol):
     ) -> None:
         """Set a run's status (and reason), e.g. to mark it failed or resumed."""
         ...
+
+    # -- one driver per run: the lease -----------------------------------------------
+
+    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = ...) -> Lease:
+        """Take the run's lease for ``owner``, compare-and-set in one transaction.
+
+        Granted when nobody holds it, when the holder's lease has expired (no heartbeat
+        for ``ttl`` seconds, or the holder's process on this host is gone), or when
+        ``owner`` holds it already (the heartbeat is renewed).
+
+        Raises:
+            LeaseHeldError: another live owner holds it (``holder`` names it).
+        """
+        ...
+
+    def renew_lease(self, run_id: str, owner: str) -> Lease:
+        """Renew ``owner``'s lease (the heartbeat); compare-and-set.
+
+        Raises:
+            LeaseHeldError: ``owner`` no longer holds it (``holder``: who does, or None).
+        """
+        ...
+
+    def release_lease(self, run_id: str, owner: str) -> bool:
+        """Give up ``owner``'s lease; False when ``owner`` did not hold it (nothing changes)."""
+        ...
+
+    def get_lease(self, run_id: str) -> Lease | None:
+        """The run's lease as recorded (live or not: see `Lease.live`), or None."""
+        ...
+
+    # -- approval requests and decisions ---------------------------------------------
+
+    def open_request(
+        self, request: ApprovalRecord, *, event: Event | None = None
+    ) -> ApprovalRecord:
+        """Record an open approval request, durably, with the policy that opened it.
+
+        In one transaction: an earlier request of the same step not yet claimed is
+        withdrawn (superseded), the new one gets the next ``request_no`` and state
+        ``open``, and ``event`` (its ``ApprovalRequested``) is appended to the run's
+        events (the store then ignores that same event object when a bus delivers it).
+
+        Returns:
+            The request as recorded (``request_no`` set).
+        """
+        ...
+
+    def decide_request(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        action: str,
+        args: dict[str, Any] | None,
+        edited: dict[str, Any] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        at: float | None = None,
+        request_no: int | None = None,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Decide the step's latest request, compare-and-set in one transaction.
+
+        ``args`` are the arguments the decision allows (None for a rejection): their
+        digest (`planexec.store.codec.args_digest`) is recorded as ``decided_digest``.
+        ``request_no``: the request the decider saw (None: the latest). ``event`` (the
+        ``ApprovalDecided``) is appended to the run's events in the same transaction.
+
+        Raises:
+            AlreadyDecidedError: the request was decided (or claimed) already: by whom,
+                when, what.
+            ApprovalError: no request for the step, or it was withdrawn or superseded.
+        """
+        ...
+
+    def withdraw_request(
+        self, run_id: str, plan_version: int, step_id: int, reason: str
+    ) -> ApprovalRecord | None:
+        """Withdraw the step's latest request unless a call claimed it (state ``withdrawn``).
+
+        Returns:
+            The withdrawn request, or None when there was none to withdraw.
+        """
+        ...
+
+    def claim_decision(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        tool: str,
+        digest: str,
+        claimer: str,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Claim the step's decision for one call and record the call's start: one transaction.
+
+        The latest request of the step must be decided ``approve`` or ``edit`` for this
+        ``tool`` and these arguments (``digest`` equals its ``decided_digest``), and not
+        claimed; no other live owner may hold the run's lease. Then its state becomes
+        ``claimed`` (by ``claimer``, now) and ``event`` (the call's ``ToolCallStarted``)
+        is appended to the run's events, in the same transaction.
+
+        Raises:
+            DecisionClaimError: the call must not happen; ``refusal`` says why.
+        """
+        ...
+
+    def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
+        """Every request of a run (withdrawn and superseded ones too), in the order opened."""
 
     def set_owner(self, run_id: str, principal: str) -> None:
         """Record the principal that started a run (the first one recorded stands).
@@ -307,6 +478,232 @@ class RunStore(Protocol):
     def close(self) -> None:
         """Release resources (connections)."""
         ...
+
+
+LEASE_TTL = 30.0
+"""The default lease time to live: a lease without a heartbeat for this long has expired."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who drives a run (one driver per run), as recorded by the store."""
+
+    run_id: str
+    """The run."""
+    owner: str
+    """The driver's token (unique per driver)."""
+    pid: int | None
+    """The driver's process."""
+    host: str | None
+    """The host of that process."""
+    pid_start: float | None
+    """When that process started (`process_start_time`)."""
+    acquired_at: float
+    """When the lease was taken."""
+    heartbeat_at: float
+    """The latest renewal."""
+    ttl: float
+    """Seconds without a heartbeat after which the lease has expired."""
+
+    def live(self, now: float | None = None) -> bool:
+        """Whether the lease still holds: a heartbeat within ``ttl`` and its process alive.
+
+        A holder on this host whose process is gone has lost the lease at once; one on
+        another host holds it until its heartbeat is ``ttl`` old.
+        """
+        now = time.time() if now is None else now
+        if now - self.heartbeat_at > self.ttl:
+            return False
+        return not (self.host == HOST and self.pid is not None
+                    and not owner_alive(self.pid, self.pid_start))
+
+    def describe(self) -> str:
+        """For people: the holder and since when."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.acquired_at))
+        return (f"process {self.pid} on {self.host} (driver {self.owner}, since {when} UTC, "
+                f"last heartbeat {max(0.0, time.time() - self.heartbeat_at):.1f}s ago)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the lease as JSON-ready data."""
+        return {"run_id": self.run_id, "owner": self.owner, "pid": self.pid, "host": self.host,
+                "pid_start": self.pid_start, "acquired_at": self.acquired_at,
+                "heartbeat_at": self.heartbeat_at, "ttl": self.ttl}
+
+
+def lease_refused(run_id: str, holder: Lease) -> LeaseHeldError:
+    """The error a second driver gets: names the holder and what to do."""
+    return LeaseHeldError(
+        f"run {run_id} is being driven by another process: {holder.describe()}; one driver "
+        f"per run: wait for it to finish (its lease expires {holder.ttl:.0f}s after its last "
+        "heartbeat, or at once when its process is gone)",
+        run_id=run_id,
+        holder=holder,
+    )
+
+
+def lease_lost(run_id: str, owner: str, held: Lease | None) -> LeaseHeldError:
+    """The error a driver gets that renews a lease it no longer holds."""
+    who = held.describe() if held is not None else "nobody"
+    return LeaseHeldError(
+        f"driver {owner} lost the lease of run {run_id} (now held by {who})",
+        run_id=run_id, holder=held,
+    )
+
+
+def new_lease(run_id: str, owner: str, ttl: float, now: float, held: Lease | None) -> Lease:
+    """The lease ``owner`` gets (its ``acquired_at`` kept when it held it already)."""
+    acquired = held.acquired_at if held is not None and held.owner == owner else now
+    return Lease(run_id=run_id, owner=owner, pid=os.getpid(), host=HOST, pid_start=MY_START,
+                 acquired_at=acquired, heartbeat_at=now, ttl=ttl)
+
+
+class RequestState(StrEnum):
+    """Where an approval request stands."""
+
+    OPEN = "open"
+    """Waiting for a decision."""
+    DECIDED = "decided"
+    """Decided (approve, edit or reject); an approval not yet claimed by a call."""
+    CLAIMED = "claimed"
+    """An approval taken by the one call it allows (`RunStore.claim_decision`)."""
+    WITHDRAWN = "withdrawn"
+    """Withdrawn: its step was discarded, or asked again (superseded)."""
+
+
+DECIDED_ACTIONS = frozenset({"approve", "edit", "reject"})
+"""The actions a decision records (a deferral records nothing)."""
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One approval request and its decision, as the store keeps it (a durable fact)."""
+
+    run_id: str
+    """The run."""
+    plan_version: int
+    """The plan version of the step."""
+    step_id: int
+    """The step."""
+    tool: str
+    """The tool the request was opened for."""
+    args: dict[str, Any]
+    """The arguments it was opened for (JSON data)."""
+    digest: str
+    """`planexec.store.codec.args_digest` of ``args``."""
+    server: str | None = None
+    """The tool's server, if any."""
+    policy: dict[str, Any] = field(default_factory=dict)
+    """The policy that opened it (``require``, ``tools``, ``allow``): honoured on resume
+    whatever config the resumed run has."""
+    reason: str = ""
+    """Why it needs approval (the policy rule that matched)."""
+    request_no: int = 0
+    """1 for the step's first request, 2 when it asked again, ... (set by the store)."""
+    opened_at: float = 0.0
+    """When it was opened."""
+    state: RequestState = RequestState.OPEN
+    """Open, decided, claimed or withdrawn."""
+    action: str | None = None
+    """The decision: ``approve``, ``edit`` or ``reject`` (None while open)."""
+    decided_args: dict[str, Any] | None = None
+    """The arguments the decision allows (edits merged in); None for a rejection."""
+    decided_digest: str | None = None
+    """Their digest: a call is allowed only with arguments of this digest."""
+    edited: dict[str, Any] | None = None
+    """The edited arguments as given."""
+    decision_reason: str | None = None
+    """Why (a rejection's reason)."""
+    by: str | None = None
+    """Who decided."""
+    decided_at: float | None = None
+    """When."""
+    claimed_by: str | None = None
+    """The driver whose call claimed the decision."""
+    claimed_at: float | None = None
+    """When."""
+    withdrawn_reason: str | None = None
+    """Why it was withdrawn."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the record as JSON-ready data."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["state"] = str(self.state)
+        return out
+
+
+def check_decidable(record: ApprovalRecord | None, run_id: str, plan_version: int, step_id: int,
+                    request_no: int | None) -> ApprovalRecord:
+    """The rule of `RunStore.decide_request` on the step's latest request (None: none).
+
+    Raises:
+        AlreadyDecidedError: decided or claimed already.
+        ApprovalError: none, withdrawn, or not the request the decider saw.
+    """
+    where = f"step {step_id} of run {run_id} (plan version {plan_version})"
+    if record is None:
+        raise ApprovalError(f"{where} has no approval request on record: nothing to decide")
+    if request_no is not None and record.request_no != request_no:
+        raise ApprovalError(
+            f"{where} asked again (request {record.request_no}) after the request "
+            f"{request_no} you decided: look at the new request and decide again"
+        )
+    if record.state in (RequestState.DECIDED, RequestState.CLAIMED):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.decided_at or 0.0))
+        raise AlreadyDecidedError(
+            f"{where} was already decided: {record.action} by {record.by or 'an unnamed decider'}"
+            f" at {when} UTC; nothing was recorded",
+            action=record.action, by=record.by, at=record.decided_at, state=str(record.state),
+        )
+    if record.state is RequestState.WITHDRAWN:
+        raise ApprovalError(
+            f"{where}: its request was withdrawn ({record.withdrawn_reason}); nothing to decide"
+        )
+    return record
+
+
+def decided(record: ApprovalRecord, *, action: str, args: dict[str, Any] | None,
+            digest: str | None, edited: dict[str, Any] | None, reason: str | None,
+            by: str | None, at: float) -> ApprovalRecord:
+    """``record`` decided (`check_decidable` passed)."""
+    if action not in DECIDED_ACTIONS:
+        raise ValueError(f"a decision is one of {sorted(DECIDED_ACTIONS)}, not {action!r}")
+    return replace(record, state=RequestState.DECIDED, action=action, decided_args=args,
+                   decided_digest=digest if action != "reject" else None, edited=edited,
+                   decision_reason=reason, by=by, decided_at=at)
+
+
+def check_claim(record: ApprovalRecord | None, *, run_id: str, step_id: int, tool: str,
+                digest: str, claimer: str, lease: Lease | None, now: float) -> None:
+    """The rule of `RunStore.claim_decision` on the step's latest request (None: none).
+
+    Raises:
+        DecisionClaimError: the call must not happen (``refusal``).
+    """
+    where = f"step {step_id} of run {run_id}"
+
+    def refuse(refusal: ClaimRefusal, why: str) -> DecisionClaimError:
+        return DecisionClaimError(f"{where}: tool {tool!r} not called: {why}", refusal=refusal)
+
+    if lease is not None and lease.owner != claimer and lease.live(now):
+        raise refuse(ClaimRefusal.LEASE_LOST, f"the run is driven by {lease.describe()}")
+    if record is None:
+        raise refuse(ClaimRefusal.NO_REQUEST, "no approval request is on record")
+    if record.state is RequestState.WITHDRAWN:
+        raise refuse(ClaimRefusal.WITHDRAWN,
+                     f"its request was withdrawn ({record.withdrawn_reason})")
+    if record.state is RequestState.OPEN:
+        raise refuse(ClaimRefusal.UNDECIDED, "its request is not decided")
+    if record.state is RequestState.CLAIMED:
+        raise refuse(ClaimRefusal.ALREADY_CLAIMED,
+                     f"its decision was claimed by a call already (driver {record.claimed_by})")
+    if record.action == "reject":
+        raise refuse(ClaimRefusal.REJECTED, f"rejected: {record.decision_reason}")
+    if record.tool != tool:
+        raise refuse(ClaimRefusal.TOOL_MISMATCH,
+                     f"the decision was made for tool {record.tool!r}")
+    if record.decided_digest != digest:
+        raise refuse(ClaimRefusal.ARGS_MISMATCH,
+                     "the decision was made for other arguments")
 
 
 def pid_alive(pid: int) -> bool:

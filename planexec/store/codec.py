@@ -10,6 +10,7 @@ comes back as a dict, which is what references resolve against anyway.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from json.encoder import encode_basestring
 from typing import Any
@@ -22,6 +23,8 @@ from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
 
 __all__ = [
+    "args_digest",
+    "canonical_json",
     "decode_value",
     "dumps",
     "dumps_with",
@@ -343,6 +346,28 @@ def dumps(value: Any) -> str:
     time, which costs about as much as encoding a small event.
     """
     return _ENCODER.encode(value)
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of a value: `encode_value`'s data, keys sorted, no whitespace.
+
+    Two values that a tool would receive as equal JSON have the same text, whatever the
+    order their keys were written in; a `Ref` or `Template` (never passed to a tool)
+    keeps its tag, so it never equals the text it was written as.
+    """
+    return json.dumps(
+        encode_value(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        allow_nan=True,
+    )
+
+
+def args_digest(args: Any) -> str:
+    """The digest a decision is matched by: sha256 (hex) of `canonical_json` of ``args``.
+
+    A decision applies to a call only when the call's exact arguments have the digest the
+    decision was made for (docs/approval.md).
+    """
+    return hashlib.sha256(canonical_json(args).encode("utf-8")).hexdigest()
 
 
 def _fresh_text(data: Any) -> str:

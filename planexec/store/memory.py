@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planexec.errors import RunNotFoundError
@@ -17,17 +17,28 @@ from planexec.events import Event, EventBus
 from planexec.results import RunStatus, StepStatus
 from planexec.store.base import (
     HOST,
+    LEASE_TTL,
     MY_START,
     RUN_FIELDS,
+    ApprovalRecord,
+    CancelRequest,
+    Lease,
     RecordedPlan,
     RecordedStep,
+    RequestState,
     RunRecord,
     StartedCall,
+    check_claim,
+    check_decidable,
+    decided,
     export_document,
+    lease_lost,
+    lease_refused,
+    new_lease,
     run_record,
     unmatched_calls,
 )
-from planexec.store.codec import event_to_json, plan_from_json, result_from_json
+from planexec.store.codec import args_digest, event_to_json, plan_from_json, result_from_json
 
 __all__ = ["MemoryRunStore"]
 
@@ -68,6 +79,10 @@ class MemoryRunStore:
         self._runs: dict[str, _RunState] = {}
         self._seq = 0
         self._lock = threading.Lock()
+        self._leases: dict[str, Lease] = {}
+        self._requests: dict[str, list[ApprovalRecord]] = {}
+        self._written: dict[int, Event] = {}
+        """Events a store method wrote itself: ignored when a bus delivers them."""
         self._owners: dict[str, str] = {}
 
     # -- recording -----------------------------------------------------------------
@@ -89,45 +104,50 @@ class MemoryRunStore:
 
     def record(self, event: Event) -> None:
         """Record one event synchronously."""
-        data = event_to_json(event)
         with self._lock:
-            self._seq += 1
-            state = self._runs.get(event.run_id)
-            if state is None:
-                state = self._runs[event.run_id] = _RunState(
-                    run_id=event.run_id, created_at=event.ts, pid=os.getpid(), host=HOST,
-                    pid_start=MY_START,
-                )
-            state.updated_at = event.ts
-            state.events.append(data)
-            kind = data["type"]
-            if kind == "RunStarted":
-                state.question = data.get("question", "")
-                state.config = dict(data.get("config") or {})
-                state.status = str(RunStatus.RUNNING)
-                state.finished_at = None
-                state.error = None
-                state.pid, state.host, state.pid_start = os.getpid(), HOST, MY_START
-            elif kind == "PlanCreated":
-                version = int(data["version"])
-                state.plans[version] = data
-                state.plan_version = max(state.plan_version or 0, version)
-            elif kind == "StepFinished":
-                result = data["result"]
-                key = (int(data.get("plan_version", 1)), int(result["step_id"]))
-                # a re-recorded result replaces the step's; readers order results by seq
-                state.steps[key] = (self._seq, result, event.ts)
-                if result["status"] == _FAILED and result.get("error_kind"):
-                    state.error_kind = result["error_kind"]
-            elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
-                state.steps.pop((int(data.get("plan_version", 1)), int(data["step_id"])), None)
-            elif kind == "RecoveryDecided" and data.get("error_kind"):
-                state.error_kind = data["error_kind"]
-            elif kind == "RunFinished":
-                state.status = str(RunStatus(data["status"]))
-                state.answer = data.get("answer")
-                state.error = data.get("error")
-                state.finished_at = event.ts
+            if self._written and self._written.pop(id(event), None) is event:
+                return  # a store method recorded it already, in its own transaction
+            self._record_locked(event)
+
+    def _record_locked(self, event: Event) -> None:
+        data = event_to_json(event)
+        self._seq += 1
+        state = self._runs.get(event.run_id)
+        if state is None:
+            state = self._runs[event.run_id] = _RunState(
+                run_id=event.run_id, created_at=event.ts, pid=os.getpid(), host=HOST,
+                pid_start=MY_START,
+            )
+        state.updated_at = event.ts
+        state.events.append(data)
+        kind = data["type"]
+        if kind == "RunStarted":
+            state.question = data.get("question", "")
+            state.config = dict(data.get("config") or {})
+            state.status = str(RunStatus.RUNNING)
+            state.finished_at = None
+            state.error = None
+            state.pid, state.host, state.pid_start = os.getpid(), HOST, MY_START
+        elif kind == "PlanCreated":
+            version = int(data["version"])
+            state.plans[version] = data
+            state.plan_version = max(state.plan_version or 0, version)
+        elif kind == "StepFinished":
+            result = data["result"]
+            key = (int(data.get("plan_version", 1)), int(result["step_id"]))
+            # a re-recorded result replaces the step's; readers order results by seq
+            state.steps[key] = (self._seq, result, event.ts)
+            if result["status"] == _FAILED and result.get("error_kind"):
+                state.error_kind = result["error_kind"]
+        elif kind == "StepDiscarded":  # a streamed step the final plan does not hold
+            state.steps.pop((int(data.get("plan_version", 1)), int(data["step_id"])), None)
+        elif kind == "RecoveryDecided" and data.get("error_kind"):
+            state.error_kind = data["error_kind"]
+        elif kind == "RunFinished":
+            state.status = str(RunStatus(data["status"]))
+            state.answer = data.get("answer")
+            state.error = data.get("error")
+            state.finished_at = event.ts
 
     # -- reading ---------------------------------------------------------------------
 
@@ -198,6 +218,13 @@ class MemoryRunStore:
         """Return the steps whose tool call started and whose result was never recorded."""
         return unmatched_calls(self.events(run_id))
 
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request, if any."""
+        with self._lock:
+            events = self._state(run_id).events
+            found = next((e for e in reversed(events) if e["type"] == "RunCancelRequested"), None)
+        return None if found is None else CancelRequest.from_event(found)
+
     def export(self, run_id: str) -> dict[str, Any]:
         """Return everything recorded about a run as one JSON document."""
         return export_document(self, run_id)
@@ -224,6 +251,150 @@ class MemoryRunStore:
             elif st is not RunStatus.INTERRUPTED:
                 s.finished_at = s.updated_at
 
+    # -- leases ----------------------------------------------------------------------
+
+    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL) -> Lease:
+        """Take the run's lease (see `planexec.store.RunStore.acquire_lease`)."""
+        now = time.time()
+        with self._lock:
+            held = self._leases.get(run_id)
+            if held is not None and held.owner != owner and held.live(now):
+                raise lease_refused(run_id, held)
+            lease = self._leases[run_id] = new_lease(run_id, owner, ttl, now, held)
+            return lease
+
+    def renew_lease(self, run_id: str, owner: str) -> Lease:
+        """Renew ``owner``'s lease (raises `LeaseHeldError` when it lost it)."""
+        now = time.time()
+        with self._lock:
+            held = self._leases.get(run_id)
+            if held is None or held.owner != owner:
+                raise lease_lost(run_id, owner, held)
+            lease = self._leases[run_id] = new_lease(run_id, owner, held.ttl, now, held)
+            return lease
+
+    def release_lease(self, run_id: str, owner: str) -> bool:
+        """Give up ``owner``'s lease."""
+        with self._lock:
+            held = self._leases.get(run_id)
+            if held is None or held.owner != owner:
+                return False
+            del self._leases[run_id]
+            return True
+
+    def get_lease(self, run_id: str) -> Lease | None:
+        """The run's lease as recorded, or None."""
+        with self._lock:
+            return self._leases.get(run_id)
+
+    # -- approvals -------------------------------------------------------------------
+
+    def _latest(
+        self, run_id: str, plan_version: int, step_id: int
+    ) -> tuple[int, ApprovalRecord] | None:
+        rows = self._requests.get(run_id, [])
+        for i in range(len(rows) - 1, -1, -1):
+            r = rows[i]
+            if r.plan_version == plan_version and r.step_id == step_id:
+                return i, r
+        return None
+
+    def _write_event(self, event: Event | None) -> None:
+        if event is not None:
+            self._record_locked(event)
+            self._written[id(event)] = event
+            while len(self._written) > 1024:  # never delivered: forget the oldest
+                del self._written[next(iter(self._written))]
+
+    def open_request(
+        self, request: ApprovalRecord, *, event: Event | None = None
+    ) -> ApprovalRecord:
+        """Record an open request (see `planexec.store.RunStore.open_request`)."""
+        with self._lock:
+            rows = self._requests.setdefault(request.run_id, [])
+            found = self._latest(request.run_id, request.plan_version, request.step_id)
+            number = 1
+            if found is not None:
+                i, prev = found
+                number = prev.request_no + 1
+                if prev.state in (RequestState.OPEN, RequestState.DECIDED):
+                    rows[i] = replace(prev, state=RequestState.WITHDRAWN,
+                                      withdrawn_reason="superseded: the step asked again")
+            rec = replace(request, request_no=number, state=RequestState.OPEN,
+                          opened_at=request.opened_at or time.time())
+            rows.append(rec)
+            self._write_event(event)
+            return rec
+
+    def decide_request(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        action: str,
+        args: dict[str, Any] | None,
+        edited: dict[str, Any] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        at: float | None = None,
+        request_no: int | None = None,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Decide the step's latest request, compare-and-set."""
+        digest = args_digest(args) if args is not None else None
+        with self._lock:
+            found = self._latest(run_id, plan_version, step_id)
+            rec = check_decidable(found[1] if found else None, run_id, plan_version, step_id,
+                                  request_no)
+            assert found is not None
+            new = decided(rec, action=action, args=args, digest=digest, edited=edited,
+                          reason=reason, by=by, at=at if at is not None else time.time())
+            self._requests[run_id][found[0]] = new
+            self._write_event(event)
+            return new
+
+    def withdraw_request(
+        self, run_id: str, plan_version: int, step_id: int, reason: str
+    ) -> ApprovalRecord | None:
+        """Withdraw the step's latest request unless a call claimed it."""
+        with self._lock:
+            found = self._latest(run_id, plan_version, step_id)
+            if found is None or found[1].state in (RequestState.CLAIMED, RequestState.WITHDRAWN):
+                return None
+            new = replace(found[1], state=RequestState.WITHDRAWN, withdrawn_reason=reason)
+            self._requests[run_id][found[0]] = new
+            return new
+
+    def claim_decision(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        tool: str,
+        digest: str,
+        claimer: str,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Claim the step's decision and record the call start, at once."""
+        now = time.time()
+        with self._lock:
+            found = self._latest(run_id, plan_version, step_id)
+            check_claim(found[1] if found else None, run_id=run_id, step_id=step_id, tool=tool,
+                        digest=digest, claimer=claimer, lease=self._leases.get(run_id), now=now)
+            assert found is not None
+            new = replace(found[1], state=RequestState.CLAIMED, claimed_by=claimer,
+                          claimed_at=now)
+            self._requests[run_id][found[0]] = new
+            self._write_event(event)
+            return new
+
+    def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
+        """Every request of a run, in the order opened."""
+        with self._lock:
+            return list(self._requests.get(run_id, []))
+
     def set_owner(self, run_id: str, principal: str) -> None:
         """Record the principal that started a run (the first one recorded stands)."""
         with self._lock:
@@ -236,3 +407,4 @@ class MemoryRunStore:
 
     def close(self) -> None:
         """Nothing to release."""
+

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -59,18 +60,30 @@ from planexec.events import Event, EventBus, StepFinished, StepStarted, ToolCall
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
+    LEASE_TTL,
     MY_START,
     RUN_FIELDS,
+    ApprovalRecord,
+    CancelRequest,
+    Lease,
     RecordedPlan,
     RecordedStep,
+    RequestState,
     RunRecord,
     StartedCall,
+    check_claim,
+    check_decidable,
     checkpoint,
+    decided,
     export_document,
+    lease_lost,
+    lease_refused,
+    new_lease,
     run_record,
     unmatched_calls,
 )
 from planexec.store.codec import (
+    args_digest,
     dumps,
     dumps_with,
     event_text,
@@ -162,6 +175,38 @@ def _migrate_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE plans ADD COLUMN drafts TEXT NOT NULL DEFAULT '[]'")
 
 
+_V4 = """
+CREATE TABLE leases (
+    run_id       TEXT PRIMARY KEY,
+    owner        TEXT NOT NULL,
+    pid          INTEGER,
+    host         TEXT,
+    pid_start    REAL,
+    acquired_at  REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    ttl          REAL NOT NULL
+);
+CREATE TABLE approvals (
+    run_id       TEXT NOT NULL,
+    plan_version INTEGER NOT NULL,
+    step_id      INTEGER NOT NULL,
+    request_no   INTEGER NOT NULL,
+    state        TEXT NOT NULL,
+    opened_at    REAL NOT NULL,
+    record       TEXT NOT NULL,
+    PRIMARY KEY (run_id, plan_version, step_id, request_no)
+);
+CREATE INDEX approvals_by_run ON approvals (run_id, opened_at);
+"""
+
+
+def _migrate_v4(conn: sqlite3.Connection) -> None:
+    """One driver per run (leases) and approval requests as durable, decided-once rows."""
+    for statement in _V4.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 def _migrate_owners(conn: sqlite3.Connection) -> None:
     """The principal that started each run (a shared ``planexec serve --http``)."""
     conn.execute(
@@ -173,7 +218,8 @@ def _migrate_owners(conn: sqlite3.Connection) -> None:
 Migration = tuple[int, Callable[[sqlite3.Connection], None]]
 
 MIGRATIONS: list[Migration] = [
-    (1, _migrate_v1), (2, _migrate_v2), (3, _migrate_v3), (4, _migrate_owners)
+    (1, _migrate_v1), (2, _migrate_v2), (3, _migrate_v3), (4, _migrate_v4),
+    (5, _migrate_owners),
 ]
 """Schema steps ``(version, apply)`` in order; a file at version N gets every step > N."""
 
@@ -201,7 +247,9 @@ RESULT_DELAY = 0.25
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
 
-FLUSHED_EVENTS = frozenset({"ToolCallStarted", "RunFinished", "ApprovalDecided"})
+FLUSHED_EVENTS = frozenset(
+    {"ToolCallStarted", "RunFinished", "ApprovalDecided", "RunCancelRequested"}
+)
 """Events whose commit is flushed to disk in the ``"calls"`` durability mode.
 
 Losing the ``ToolCallStarted`` of an unsafe tool to an OS crash would let resume call it
@@ -279,6 +327,12 @@ def _encode(event: Event) -> _Queued:
         f.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
         r.started_at, r.duration, result_text,
     )
+
+
+def _request_from_text(text: str) -> ApprovalRecord:
+    data = json.loads(text)
+    data["state"] = RequestState(data["state"])
+    return ApprovalRecord(**data)
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -461,6 +515,8 @@ class SQLiteRunStore:
         self._fast: sqlite3.Connection | None = None
         self._conn_pid: int | None = None
         self._sync: str | None = None
+        self._written: dict[int, Event] = {}
+        """Events a store method wrote itself: ignored when a bus delivers them."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -670,6 +726,8 @@ class SQLiteRunStore:
 
     def _observe(self, event: Event) -> Awaitable[None] | None:
         """`handle`, as a bus subscriber: None when nothing is to be awaited."""
+        if self._written and self._skip(event):
+            return None
         waiter = self._enqueue(event, _encode(event), asynchronous=True)
         if waiter is None:
             return None
@@ -699,6 +757,8 @@ class SQLiteRunStore:
 
     def record(self, event: Event) -> None:
         """Record one event synchronously (same rules as `handle`)."""
+        if self._written and self._skip(event):
+            return
         if self._enqueue(event, _encode(event), asynchronous=False) is not None:
             self.flush_sync()
 
@@ -1113,6 +1173,221 @@ class SQLiteRunStore:
 
         self._write(apply)
 
+    # -- leases and approvals ----------------------------------------------------------
+
+    def _skip(self, event: Event) -> bool:
+        """Whether a store method wrote ``event`` already (then it is forgotten)."""
+        with self._pending_lock:
+            return self._written.pop(id(event), None) is event
+
+    def _cas(self, fn: Callable[[sqlite3.Connection], T], event: Event | None = None) -> T:
+        """Run ``fn`` and append ``event`` in one ``BEGIN IMMEDIATE`` transaction.
+
+        Everything queued before is committed first (a prefix of the events). ``fn``
+        raising rolls everything of the transaction back.
+        """
+        self.flush_sync()
+        out: list[T] = []
+
+        def tx(conn: sqlite3.Connection) -> None:
+            out.append(fn(conn))
+            if event is not None:
+                self._apply_batch(conn, [_encode(event)])
+
+        self._write(tx, flush=event is not None)
+        if event is not None:
+            with self._pending_lock:
+                self._written[id(event)] = event
+                while len(self._written) > 1024:  # never delivered: forget the oldest
+                    del self._written[next(iter(self._written))]
+        return out[0]
+
+    @staticmethod
+    def _lease_row(conn: sqlite3.Connection, run_id: str) -> Lease | None:
+        row = conn.execute(
+            "SELECT run_id, owner, pid, host, pid_start, acquired_at, heartbeat_at, ttl "
+            "FROM leases WHERE run_id = ?", (run_id,),
+        ).fetchone()
+        return Lease(*row) if row is not None else None
+
+    @staticmethod
+    def _put_lease(conn: sqlite3.Connection, lease: Lease) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO leases (run_id, owner, pid, host, pid_start, acquired_at, "
+            "heartbeat_at, ttl) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (lease.run_id, lease.owner, lease.pid, lease.host, lease.pid_start,
+             lease.acquired_at, lease.heartbeat_at, lease.ttl),
+        )
+
+    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL) -> Lease:
+        """Take the run's lease (see `planexec.store.RunStore.acquire_lease`)."""
+
+        def cas(conn: sqlite3.Connection) -> Lease:
+            now = time.time()
+            held = self._lease_row(conn, run_id)
+            if held is not None and held.owner != owner and held.live(now):
+                raise lease_refused(run_id, held)
+            lease = new_lease(run_id, owner, ttl, now, held)
+            self._put_lease(conn, lease)
+            return lease
+
+        return self._cas(cas)
+
+    def renew_lease(self, run_id: str, owner: str) -> Lease:
+        """Renew ``owner``'s lease (raises `LeaseHeldError` when it lost it)."""
+
+        def cas(conn: sqlite3.Connection) -> Lease:
+            held = self._lease_row(conn, run_id)
+            if held is None or held.owner != owner:
+                raise lease_lost(run_id, owner, held)
+            lease = new_lease(run_id, owner, held.ttl, time.time(), held)
+            self._put_lease(conn, lease)
+            return lease
+
+        result: Lease = self._cas(cas)
+        return result
+
+    def release_lease(self, run_id: str, owner: str) -> bool:
+        """Give up ``owner``'s lease."""
+
+        def cas(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?",
+                               (run_id, owner))
+            return cur.rowcount > 0
+
+        result: bool = self._cas(cas)
+        return result
+
+    def get_lease(self, run_id: str) -> Lease | None:
+        """The run's lease as recorded, or None."""
+        return self._read(lambda conn: self._lease_row(conn, run_id))
+
+    @staticmethod
+    def _latest_request(
+        conn: sqlite3.Connection, run_id: str, plan_version: int, step_id: int
+    ) -> ApprovalRecord | None:
+        row = conn.execute(
+            "SELECT record FROM approvals WHERE run_id = ? AND plan_version = ? AND step_id = ? "
+            "ORDER BY request_no DESC LIMIT 1", (run_id, plan_version, step_id),
+        ).fetchone()
+        return _request_from_text(row[0]) if row is not None else None
+
+    @staticmethod
+    def _put_request(conn: sqlite3.Connection, rec: ApprovalRecord) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO approvals (run_id, plan_version, step_id, request_no, state, "
+            "opened_at, record) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (rec.run_id, rec.plan_version, rec.step_id, rec.request_no, str(rec.state),
+             rec.opened_at, dumps(rec.to_dict())),
+        )
+
+    def open_request(
+        self, request: ApprovalRecord, *, event: Event | None = None
+    ) -> ApprovalRecord:
+        """Record an open request (see `planexec.store.RunStore.open_request`)."""
+
+        def cas(conn: sqlite3.Connection) -> ApprovalRecord:
+            prev = self._latest_request(conn, request.run_id, request.plan_version,
+                                        request.step_id)
+            number = 1
+            if prev is not None:
+                number = prev.request_no + 1
+                if prev.state in (RequestState.OPEN, RequestState.DECIDED):
+                    self._put_request(conn, dataclasses.replace(
+                        prev, state=RequestState.WITHDRAWN,
+                        withdrawn_reason="superseded: the step asked again"))
+            rec = dataclasses.replace(request, request_no=number, state=RequestState.OPEN,
+                                      opened_at=request.opened_at or time.time())
+            self._put_request(conn, rec)
+            return rec
+
+        result: ApprovalRecord = self._cas(cas, event)
+        return result
+
+    def decide_request(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        action: str,
+        args: dict[str, Any] | None,
+        edited: dict[str, Any] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        at: float | None = None,
+        request_no: int | None = None,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Decide the step's latest request, compare-and-set."""
+        digest = args_digest(args) if args is not None else None
+
+        def cas(conn: sqlite3.Connection) -> ApprovalRecord:
+            rec = check_decidable(self._latest_request(conn, run_id, plan_version, step_id),
+                                  run_id, plan_version, step_id, request_no)
+            new = decided(rec, action=action, args=args, digest=digest, edited=edited,
+                          reason=reason, by=by, at=at if at is not None else time.time())
+            self._put_request(conn, new)
+            return new
+
+        result: ApprovalRecord = self._cas(cas, event)
+        return result
+
+    def withdraw_request(
+        self, run_id: str, plan_version: int, step_id: int, reason: str
+    ) -> ApprovalRecord | None:
+        """Withdraw the step's latest request unless a call claimed it."""
+
+        def cas(conn: sqlite3.Connection) -> ApprovalRecord | None:
+            rec = self._latest_request(conn, run_id, plan_version, step_id)
+            if rec is None or rec.state in (RequestState.CLAIMED, RequestState.WITHDRAWN):
+                return None
+            new = dataclasses.replace(rec, state=RequestState.WITHDRAWN, withdrawn_reason=reason)
+            self._put_request(conn, new)
+            return new
+
+        result: ApprovalRecord | None = self._cas(cas)
+        return result
+
+    def claim_decision(
+        self,
+        run_id: str,
+        plan_version: int,
+        step_id: int,
+        *,
+        tool: str,
+        digest: str,
+        claimer: str,
+        event: Event | None = None,
+    ) -> ApprovalRecord:
+        """Claim the step's decision and record the call start, in one transaction."""
+
+        def cas(conn: sqlite3.Connection) -> ApprovalRecord:
+            now = time.time()
+            rec = self._latest_request(conn, run_id, plan_version, step_id)
+            check_claim(rec, run_id=run_id, step_id=step_id, tool=tool, digest=digest,
+                        claimer=claimer, lease=self._lease_row(conn, run_id), now=now)
+            assert rec is not None
+            new = dataclasses.replace(rec, state=RequestState.CLAIMED, claimed_by=claimer,
+                                      claimed_at=now)
+            self._put_request(conn, new)
+            return new
+
+        result: ApprovalRecord = self._cas(cas, event)
+        return result
+
+    def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
+        """Every request of a run, in the order opened."""
+
+        def read(conn: sqlite3.Connection) -> list[ApprovalRecord]:
+            rows = conn.execute(
+                "SELECT record FROM approvals WHERE run_id = ? ORDER BY opened_at, request_no",
+                (run_id,),
+            ).fetchall()
+            return [_request_from_text(r[0]) for r in rows]
+
+        return self._read(read)
+
     def set_owner(self, run_id: str, principal: str) -> None:
         """Record the principal that started a run (the first one recorded stands)."""
         now = time.time()
@@ -1259,6 +1534,20 @@ class SQLiteRunStore:
                 )
                 for v, ts, text, reason, p, error, drafts in rows
             ]
+
+        return self._read(read)
+
+    def cancel_request(self, run_id: str) -> CancelRequest | None:
+        """Return the run's latest cancel request (committed), if any."""
+
+        def read(conn: sqlite3.Connection) -> CancelRequest | None:
+            self._require(conn, run_id)
+            row = conn.execute(
+                "SELECT data FROM events WHERE run_id = ? AND type = 'RunCancelRequested' "
+                "ORDER BY seq DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            return None if row is None else CancelRequest.from_event(json.loads(row[0]))
 
         return self._read(read)
 

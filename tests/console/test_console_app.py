@@ -222,3 +222,20 @@ def test_off_loopback_without_a_token_the_console_does_not_start(tmp_path: Path)
     )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and "--token" in lines[0]
+
+
+def test_the_cancel_form_cancels_a_waiting_run_through_the_store(
+    store: SQLiteRunStore, recorded: Recorded
+) -> None:
+    client = client_for(store)
+    page = client.get(f"/runs/{recorded.pay}").text
+    assert 'id=cancel type=submit' in page
+    done = client.post(f"/runs/{recorded.pay}/cancel",
+                       data={"csrf": csrf_of(page), "reason": "duplicate payment"},
+                       follow_redirects=False)
+    assert done.status_code == 303
+    record = store.get_run(recorded.pay)
+    assert record.status.value == "CANCELLED" and "duplicate payment" in (record.error or "")
+    cancelled = store.cancel_request(recorded.pay)
+    assert cancelled is not None and cancelled.by == "console"
+    assert 'id=cancel type=submit' not in client.get(f"/runs/{recorded.pay}").text

@@ -277,10 +277,10 @@ async def test_a_parse_in_progress_does_not_block_other_clients(
     release = threading.Event()
     released_by_test: list[bool] = []
 
-    def slow_parse(text: str, dialect: str = "auto") -> Any:
+    def slow_parse(text: str, dialect: str = "auto", **kwargs: Any) -> Any:
         entered.set()
         released_by_test.append(release.wait(timeout=WAIT))
-        return real(text, dialect)
+        return real(text, dialect, **kwargs)
 
     monkeypatch.setattr(parsing, "parse_plan", slow_parse)
     server = build_server(demo_tools(), store=open_store(":memory:"))

@@ -139,7 +139,7 @@ def test_missing_and_unreadable_ids_are_numbered_and_unknown_fields_reported() -
 def test_a_step_without_a_tool_field_is_a_reasoning_step_and_args_are_kept() -> None:
     plan = parse_plan(json.dumps({"steps": [
         {"id": 1, "task": "t", "tool": "sites"},
-        {"id": 2, "task": "summarize", "args": {"style": "short"}},
+        {"id": 2, "task": "Summarize the findings", "args": {"style": "short"}},
     ]}))
     step = plan.step(2)
     assert step.tool is None and step.args == {"style": "short"}
