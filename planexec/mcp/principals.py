@@ -3,8 +3,8 @@
 With ``--tokens FILE`` every bearer token names a *principal*. A run belongs to the
 principal whose request started it (``execute_plan``, ``ask``), recorded with the run in
 the store (`planexec.store.RunStore.set_owner`). ``get_run``, ``approve_step``,
-``reject_step`` and ``resume_run`` of another principal's run get the same error as an
-unknown id: other runs' existence is not revealed. An *admin* principal (the file's
+``reject_step``, ``resume_run`` and ``cancel_run`` of another principal's run get the
+same error as an unknown id: other runs' existence is not revealed. An *admin* principal (the file's
 ``admins``, or ``--admin NAME``) may read and decide every run of the store.
 
 Without principals (stdio, or one ``--token``) the server keeps its older rule: the runs

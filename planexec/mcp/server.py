@@ -1046,7 +1046,7 @@ def build_server(
             own_runs.add(run_id)
         return _model_result(_run_result(run, requests))
 
-    def visible(run_id: str, tool: str, ctx: Any = None) -> None:
+    def visible(run_id: str, tool: str, ctx: Any) -> None:
         """Refuse a run this server may not show (the same limits as get_run)."""
         if store is None:
             raise ToolError("no run store: start the server with --store PATH")
@@ -1137,13 +1137,13 @@ def build_server(
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
     async def cancel_run(
-        run_id: RunId, reason: CancelReason = "cancelled by an MCP client",
+        run_id: RunId, ctx: Context, reason: CancelReason = "cancelled by an MCP client",
         by: DecidedBy = "mcp client",
     ) -> Annotated[mcp_types.CallToolResult, CancelResult]:
         from planexec.cancelling import cancel_run as cancel
         from planexec.errors import RunError, RunNotFoundError
 
-        visible(run_id, "cancel_run")
+        visible(run_id, "cancel_run", ctx)
         try:
             outcome = await cancel(store, run_id, reason=reason, by=by)
         except RunNotFoundError as exc:

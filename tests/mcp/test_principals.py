@@ -2,8 +2,8 @@
 
 Any client of a shared ``planexec serve --http`` could read, approve and resume any run
 of that server. With ``--tokens FILE`` each token names a principal: another principal
-gets "no run" for get_run, approve_step, reject_step and resume_run; an admin principal
-(``--admin``) sees every run.
+gets "no run" for get_run, approve_step, reject_step, resume_run and cancel_run; an
+admin principal (``--admin``) sees every run.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ async def test_another_principal_gets_not_found_and_an_admin_sees_every_run(
             ("approve_step", {"run_id": run_id, "step": 1}),
             ("reject_step", {"run_id": run_id, "step": 1, "reason": "mine now"}),
             ("resume_run", {"run_id": run_id}),
+            ("cancel_run", {"run_id": run_id}),
         ]
         for tool, arguments in calls:
             refused = await bob.call_tool(tool, arguments)
