@@ -1,4 +1,4 @@
-"""``planexec serve --http`` drops connections that never finish their headers (issue 25, defect 12).
+"""``planexec serve --http`` drops connections that never finish their headers (issue 25, #12).
 
 The server runs with a lowered descriptor limit (``RLIMIT_NOFILE``, set in the child
 before it starts); more connections than it has descriptors send half a request and
