@@ -138,7 +138,8 @@ def test_planexec_run_follows_the_rule(
     monkeypatch.syspath_prepend(str(tmp_path))
     path = tmp_path / "plan.txt"
     path.write_text(SELF_PLAN, encoding="utf-8")
-    code = main(["run", str(path), "--tools", "rule_fake_tools:TOOLS", "--json"])
+    store = str(tmp_path / "runs.sqlite3")
+    code = main(["run", str(path), "--tools", "rule_fake_tools:TOOLS", "--json", "--store", store])
     data = json.loads(capsys.readouterr().out)
     assert code == 1
     got = {s["step_id"]: (s["status"], s["error_kind"]) for s in data["steps"]}
