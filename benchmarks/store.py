@@ -24,6 +24,19 @@ the same run. Writes ``benchmarks/results/store.json`` and prints the table that
 ``docs/durability.md`` quotes.
 
     python benchmarks/store.py [--steps 1000] [--repeat 7] [--quick]
+
+With ``--postgres URL`` it measures, in one run, the stores for several hosts instead:
+`PostgresRunStore` in each durability mode beside ``sqlite_calls``, and LangGraph's
+``PostgresSaver`` (a chain graph of as many nodes, ``durability="sync"``: each step's
+checkpoint written before the next, against the same graph without a checkpointer) on
+the same server: time added per step, and commits and round trips per step (counted
+once per store: commits from the server's ``pg_stat_database``, round trips by a
+counting TCP proxy in front of the server). Writes
+``benchmarks/results/store_postgres.json``. A throwaway server::
+
+    python tests/store/pg_cluster.py start /tmp/pgbench   # prints its URL
+    python benchmarks/store.py --postgres URL --steps 300 --repeat 5
+    python tests/store/pg_cluster.py stop /tmp/pgbench
 """
 
 from __future__ import annotations
@@ -47,7 +60,7 @@ from planexec.config import ExecutorSettings
 from planexec.events import EventBus, PlanCreated, RunFinished, RunStarted
 from planexec.executor import Executor
 from planexec.plan import Plan, Step
-from planexec.store import MemoryRunStore, RunStore, SQLiteRunStore
+from planexec.store import MemoryRunStore, PostgresRunStore, RunStore, SQLiteRunStore
 from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog
 
@@ -186,10 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="200 steps, 2 rounds: a smoke run")
-    parser.add_argument("--out", type=Path, default=RESULTS / "store.json")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--postgres", metavar="URL", default=None,
+                        help="measure PostgresRunStore and LangGraph's PostgresSaver on this "
+                        "server (it creates and drops databases of its own)")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.repeat = 200, 2
+    if args.postgres:
+        return postgres_main(args)
+    args.out = args.out or RESULTS / "store.json"
     catalog = ToolCatalog([
         fake_tool("noop", {"ok": True}, hints={"read_only": True}),
         fake_tool("write", {"ok": True}),  # no hints: not safe to call again
@@ -240,6 +259,260 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
+
+
+# -- PostgreSQL: several hosts' stores ------------------------------------------------
+
+PG_STORES = ("none", "sqlite_calls", "postgres_process", "postgres_calls", "postgres_full")
+PG_SHAPES = ("chain", "chain_unsafe")
+PG_LABELS = {
+    "sqlite_calls": '`SQLiteRunStore`, `durability="calls"` (default)',
+    "postgres_process": '`PostgresRunStore`, `durability="process"`',
+    "postgres_calls": '`PostgresRunStore`, `durability="calls"` (default)',
+    "postgres_full": '`PostgresRunStore`, `durability="full"`',
+    "langgraph_postgres": "LangGraph `PostgresSaver`, `durability=\"sync\"` (its own chain)",
+}
+
+
+class TurnCounter:
+    """A TCP proxy in front of the server that counts round trips (request/reply turns).
+
+    A turn starts each time the client sends after the server last spoke (or first).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.target = (host, port)
+        self.turns = 0
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            last = ["server"]
+            for a, b, side in ((client, upstream, "client"), (upstream, client, "server")):
+                threading.Thread(target=self._pipe, args=(a, b, side, last),
+                                 daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any, side: str, last: list[str]) -> None:
+        try:
+            while data := src.recv(65536):
+                with self._lock:
+                    if side == "client" and last[0] == "server":
+                        self.turns += 1
+                    last[0] = side
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _url_for(url: str, db: str, port: int | None = None) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if port is not None:
+        netloc = netloc.rsplit(":", 1)[0] + f":{port}"
+    return parts._replace(netloc=netloc, path=f"/{db}").geturl()
+
+
+def _fresh_db(admin_url: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return _url_for(admin_url, name)
+
+
+def _commits(admin_url: str, name: str) -> int:
+    import psycopg
+
+    time.sleep(1.2)  # the backends flush their statistics when idle (at most every second)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        row = admin.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                            (name,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _langgraph_chain(steps: int, saver: Any) -> Any:
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        i: int
+
+    def step(state: State) -> dict[str, int]:
+        return {"i": state["i"] + 1}
+
+    graph = StateGraph(State)
+    for k in range(1, steps + 1):
+        graph.add_node(f"n{k}", step)
+        graph.add_edge(START if k == 1 else f"n{k - 1}", f"n{k}")
+    graph.add_edge(f"n{steps}", END)
+    return graph.compile(checkpointer=saver)
+
+
+def langgraph_run(steps: int, url: str | None, thread: str) -> float:
+    """Wall seconds of one chain of ``steps`` nodes (with PostgresSaver at ``url``)."""
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
+    if url is None:
+        app = _langgraph_chain(steps, None)
+        gc.collect()
+        t0 = time.perf_counter()
+        assert app.invoke({"i": 0}, config)["i"] == steps
+        return time.perf_counter() - t0
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(url) as saver:
+        saver.setup()
+        app = _langgraph_chain(steps, saver)
+        gc.collect()
+        t0 = time.perf_counter()
+        assert app.invoke({"i": 0}, config, durability="sync")["i"] == steps
+        return time.perf_counter() - t0
+
+
+def _counted(admin_url: str, name: str, work: Any) -> tuple[int, int]:
+    """Commits and round trips of ``work(url)`` on a fresh database (through the proxy)."""
+    from urllib.parse import urlsplit
+
+    url = _fresh_db(admin_url, name)
+    parts = urlsplit(url)
+    proxy = TurnCounter(parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        before = _commits(admin_url, name)
+        turns0 = proxy.turns
+        work(_url_for(url, name, proxy.port), before)
+        turns = proxy.turns - turns0
+    finally:
+        proxy.close()
+    return _commits(admin_url, name) - before, turns
+
+
+def postgres_main(args: argparse.Namespace) -> int:
+    """The ``--postgres URL`` benchmark (see the module docstring)."""
+    admin_url = args.postgres
+    out_path = args.out or RESULTS / "store_postgres.json"
+    catalog = ToolCatalog([
+        fake_tool("noop", {"ok": True}, hints={"read_only": True}),
+        fake_tool("write", {"ok": True}),
+    ])
+    out: dict[str, Any] = {
+        "benchmark": "store_postgres",
+        "steps": args.steps,
+        "repeat": args.repeat,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_before": list(os.getloadavg()),
+        "shapes": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        db = "planexec_bench"
+        url = _fresh_db(admin_url, db)
+        PostgresRunStore(url).close()  # the schema, once
+        for shape in PG_SHAPES:
+            plan = make_plan(args.steps, shape)
+            asyncio.run(one_run(catalog, plan, None, "warmup"))
+            times: dict[str, list[float]] = {k: [] for k in PG_STORES}
+            for n in range(args.repeat):
+                for kind in PG_STORES[n % len(PG_STORES):] + PG_STORES[:n % len(PG_STORES)]:
+                    store: RunStore | Listener | None
+                    if kind.startswith("postgres_"):
+                        store = PostgresRunStore(url, durability=kind.removeprefix("postgres_"))
+                    else:
+                        store = make_store(kind, directory, n)
+                    wall, _ = asyncio.run(one_run(catalog, plan, store, f"{shape}-{kind}-{n}"))
+                    times[kind].append(wall)
+                    if store is not None:
+                        store.close()
+            base = statistics.median(times["none"])
+            shape_out = {kind: summary(times[kind], base, args.steps) for kind in PG_STORES}
+            for kind in ("postgres_process", "postgres_calls", "postgres_full"):
+                durability = kind.removeprefix("postgres_")
+
+                def work(u: str, _: int, durability: str = durability,
+                         plan: Plan = plan, kind: str = kind) -> None:
+                    with PostgresRunStore(u, durability=durability) as st:
+                        asyncio.run(one_run(catalog, plan, st, f"count-{kind}"))
+
+                commits, turns = _counted(admin_url, f"{db}_count", work)
+                shape_out[kind]["commits_per_step"] = round(commits / args.steps, 3)
+                shape_out[kind]["round_trips_per_step"] = round(turns / args.steps, 3)
+            out["shapes"][shape] = shape_out
+            print(f"{shape:>12}: " + ", ".join(
+                f"{k} +{v['added_ms_per_step']:.3f} ms/step" for k, v in shape_out.items()))
+        lg: dict[str, list[float]] = {"none": [], "postgres": []}
+        lg_url = _fresh_db(admin_url, f"{db}_langgraph")
+        langgraph_run(args.steps, lg_url, "warmup")
+        for n in range(args.repeat):
+            lg["none"].append(langgraph_run(args.steps, None, f"t{n}"))
+            lg["postgres"].append(langgraph_run(args.steps, lg_url, f"t{n}"))
+        lg_out = summary(lg["postgres"], statistics.median(lg["none"]), args.steps)
+        lg_out["none_median_s"] = round(statistics.median(lg["none"]), 4)
+        commits, turns = _counted(
+            admin_url, f"{db}_count", lambda u, _: langgraph_run(args.steps, u, "count")
+        )
+        lg_out["commits_per_step"] = round(commits / args.steps, 3)
+        lg_out["round_trips_per_step"] = round(turns / args.steps, 3)
+        out["langgraph_postgres"] = lg_out
+        import psycopg
+
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            for name in (db, f"{db}_count", f"{db}_langgraph"):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    out["load_average_after"] = list(os.getloadavg())
+    out["table_md"] = postgres_table(out)
+    print(out["table_md"])
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out_path}")
+    return 0
+
+
+def postgres_table(out: dict[str, Any]) -> str:
+    """The PostgreSQL table of ``docs/durability.md``, from a ``--postgres`` result."""
+    head = ["store"]
+    for shape in PG_SHAPES:
+        head += [f"{shape}: added per step", "commits / step", "round trips / step"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for kind in PG_STORES[1:]:
+        row = [PG_LABELS[kind]]
+        for shape in PG_SHAPES:
+            e = out["shapes"][shape][kind]
+            row += [f"{e['added_ms_per_step'] * 1000:.0f} µs",
+                    str(e.get("commits_per_step", "–")), str(e.get("round_trips_per_step", "–"))]
+        lines.append("| " + " | ".join(row) + " |")
+    lg = out["langgraph_postgres"]
+    lines.append("| " + " | ".join(
+        [PG_LABELS["langgraph_postgres"],
+         f"{lg['added_ms_per_step'] * 1000:.0f} µs", str(lg["commits_per_step"]),
+         str(lg["round_trips_per_step"]), "–", "–", "–"]) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

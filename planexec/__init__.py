@@ -19,9 +19,12 @@ from planexec.errors import (
     ModelTimeoutError,
     PlanexecError,
     PlanParseError,
+    RetryableToolError,
     RunError,
     RunNotFoundError,
     StoreError,
+    ToolArgumentsError,
+    ToolCallFailure,
     ToolLoadError,
 )
 from planexec.plan import (
@@ -101,6 +104,7 @@ if TYPE_CHECKING:  # the heavy modules load on first use (see __getattr__)
         ToolHints,
         ToolSpec,
         load_tools,
+        tool_hints,
     )
 
 _LAZY: dict[str, str] = {
@@ -140,6 +144,7 @@ _LAZY: dict[str, str] = {
     "load_model": "planexec.models",
     "load_tools": "planexec.tools",
     "parse_plan": "planexec.parsing",
+    "tool_hints": "planexec.tools",
 }
 """Public names imported on first use, so `import planexec` stays light."""
 
@@ -185,6 +190,7 @@ __all__ = [
     "RecoveryPolicy",
     "Ref",
     "ResolutionMethod",
+    "RetryableToolError",
     "Run",
     "RunError",
     "RunNotFoundError",
@@ -197,10 +203,13 @@ __all__ = [
     "StoreError",
     "StreamingPlanParser",
     "Template",
+    "ToolArgumentsError",
+    "ToolCallFailure",
     "ToolCatalog",
     "ToolHints",
     "ToolLoadError",
     "ToolSpec",
+    "tool_hints",
     "Usage",
     "Verdict",
     "__version__",

@@ -46,7 +46,8 @@ def load_object(spec: str) -> Any:
     """Import ``MODULE:ATTR`` (ATTR may be dotted) and return the attribute.
 
     Raises:
-        ToolLoadError: the spec is malformed, or the module or attribute is missing.
+        ToolLoadError: the spec is malformed, the module or attribute is missing, or
+            the module fails to import (a syntax error, an exception its code raised).
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -58,6 +59,15 @@ def load_object(spec: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ToolLoadError(f"cannot import module {module_name!r}: {exc}") from exc
+    except SyntaxError as exc:  # the person's module, not planexec: say where
+        raise ToolLoadError(
+            f"module {module_name!r} has a syntax error: {exc.msg} "
+            f"({exc.filename}, line {exc.lineno})"
+        ) from exc
+    except Exception as exc:  # raised by the module's own code while it was imported
+        raise ToolLoadError(
+            f"module {module_name!r} raised {type(exc).__name__} on import: {exc}"
+        ) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -27,13 +27,29 @@ from loguru import logger
 
 __all__ = [
     "LOG_FORMAT",
+    "NOTICE_CODES",
     "disable_logging",
     "enable_logging",
+    "level_of",
     "logger",
     "quiet",
     "run_log",
     "step_log",
 ]
+
+NOTICE_CODES = frozenset({"REF_HINTED", "ARG_FILTERED"})
+"""Codes of findings that need nobody's action, logged at INFO (shown with ``-v``).
+
+A hinted reference (``REF_HINTED``) is what planners write; the filter tier reading one
+(``ARG_FILTERED``) is a deterministic resolution, recorded with the argument. Every other
+repair, fallback or skip is a warning.
+"""
+
+
+def level_of(code: str) -> str:
+    """The log level of a finding with this code: ``INFO`` for `NOTICE_CODES`, else ``WARNING``."""
+    return "INFO" if code in NOTICE_CODES else "WARNING"
+
 
 LOG_FORMAT = "{level: <7} run={extra[run_id]} step={extra[step_id]} | {message}"
 """The format of the CLI's log lines (and of `enable_logging` with a sink)."""

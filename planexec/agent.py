@@ -53,7 +53,7 @@ from pydantic import BaseModel
 
 from planexec._log import run_log, step_log
 from planexec._models import ModelClient
-from planexec.approval import ApprovalDecision, Approver
+from planexec.approval import Approver
 from planexec.cancelling import cancel_watch
 from planexec.config import AgentConfig
 from planexec.errors import CircuitOpenError, ConfigError, ErrorKind, ModelError, RunError
@@ -421,7 +421,8 @@ class PlanExecuteAgent:
         prior: Mapping[int, StepResult] | None = None,
         announce: Sequence[Event] = (),
         event_handlers: Sequence[EventHandler] = (),
-        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
+        store: Any = None,
+        owner: str | None = None,
     ) -> Run:
         """Continue a run at a plan version that was already made (the hook of resume).
 
@@ -439,8 +440,10 @@ class PlanExecuteAgent:
             prior: Results reused instead of running their steps (succeeded ones).
             announce: Events emitted right after `RunStarted`, before anything runs.
             event_handlers: Extra subscribers for this run's events.
-            decisions: Approval decisions recorded for the run, by ``(plan_version,
-                step_id)``: applied without asking (docs/approval.md).
+            store: The store the run is recorded in, when not the agent's own: its
+                approval requests and decisions are honoured (docs/approval.md).
+            owner: The run's lease holder (`planexec.store.RunStore.acquire_lease`),
+                which claims approval decisions.
 
         Raises:
             RunError: no attempt of ``version`` (or none at all) has a plan.
@@ -457,7 +460,8 @@ class PlanExecuteAgent:
         if attempt is None:
             which = "a plan" if version is None else f"a plan of version {version}"
             raise RunError(f"run {run_id} has no attempt with {which} to continue")
-        ctx = await self._start(question, run_id, None, event_handlers, decisions=decisions)
+        ctx = await self._start(question, run_id, None, event_handlers, store=store,
+                                owner=owner)
         ctx.run.attempts = history
         ctx.state.replans = sum(1 for a in history if a.version > 1)
         for earlier in history:  # failed destructive calls stay refused after a resume
@@ -524,7 +528,8 @@ class PlanExecuteAgent:
         handlers: Sequence[EventHandler],
         *,
         config: RunnableConfig | None = None,
-        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
+        store: Any = None,
+        owner: str | None = None,
     ) -> _RunCtx:
         cfg = self.config
         run = Run(run_id=run_id or new_run_id(), question=question)
@@ -546,7 +551,8 @@ class PlanExecuteAgent:
             question=question,
             catalog=self._catalog_for(out_type),
             trace=trace,
-            decisions=decisions,
+            store=store if store is not None else self.store,
+            owner=owner,
         )
         ctx = _RunCtx(
             run,
@@ -1374,3 +1380,4 @@ class PlanExecuteAgent:
             out = flush()
             if asyncio.iscoroutine(out):
                 await out
+

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planexec._ray_settings import RaySettings
 from planexec.errors import ConfigError, ErrorKind
@@ -57,6 +57,7 @@ __all__ = [
     "ResolverSettings",
     "RetrySettings",
     "SequenceLimit",
+    "StoreSettings",
     "load_config",
 ]
 
@@ -317,6 +318,33 @@ class ApprovalSettings(_Settings):
     callback is asked again with the validation errors each time)."""
 
 
+class StoreSettings(_Settings):
+    """Where runs are recorded (`planexec.store.open_store`), when no ``--store`` is given."""
+
+    url: str | None = None
+    """The run store: a file path, ``:memory:``, or a ``postgresql://`` URL for a database
+    shared by several hosts (``--store`` wins over it; it wins over ``$PLANEXEC_STORE``).
+    Without a password: the configuration is recorded with every run, so the password
+    goes in ``PGPASSWORD`` or ``~/.pgpass``."""
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if value is not None and value.startswith(("postgresql://", "postgres://")):
+            try:
+                password = urlsplit(value).password
+            except ValueError:
+                password = None
+            if password:
+                raise ValueError(
+                    "store.url holds a password, and the configuration is recorded with "
+                    "every run: put the password in PGPASSWORD or ~/.pgpass instead"
+                )
+        return value
+
+
 class AgentConfig(_Settings):
     """Every setting of a `PlanExecuteAgent`; the defaults are those of docs/recovery.md."""
 
@@ -336,6 +364,8 @@ class AgentConfig(_Settings):
     """Evaluation and the final answer."""
     approval: ApprovalSettings = Field(default_factory=ApprovalSettings)
     """Human approval of steps (docs/approval.md)."""
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    """The run store (docs/durability.md)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> AgentConfig:
@@ -348,17 +378,13 @@ class AgentConfig(_Settings):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_describe(exc, source)) from exc
+            raise ConfigError(_describe(exc, source, data)) from exc
 
 
-def _describe(exc: ValidationError, source: str) -> str:
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"{source}: unknown key {key!r}")
-        else:
-            lines.append(f"{source}: {key}: {err['msg']}")
+def _describe(exc: ValidationError, source: str, data: Any) -> str:
+    from planexec._validation import describe_errors
+
+    lines = [f"{source}: {line}" for line in describe_errors(exc, data, AgentConfig)]
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 

@@ -12,6 +12,10 @@ Exception tree::
     ├── ConfigError             invalid configuration (unknown keys, bad values, bad spec)
     │   └── MissingExtraError   an optional extra is not installed (also an ImportError)
     ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools
+    ├── ToolCallFailure         raised BY a tool to say how its call failed (typed, for retries)
+    │   ├── ToolArgumentsError  the tool or its server refused the arguments: ARGS_INVALID,
+    │   │                       never retried (an MCP server's -32602 invalid params)
+    │   └── RetryableToolError  a transient failure: another attempt may succeed
     ├── ModelError              a chat model call failed after its retries
     │   └── ModelTimeoutError   ... by exceeding its timeout
     ├── CircuitOpenError        a circuit breaker is open: the call failed fast
@@ -52,9 +56,12 @@ __all__ = [
     "PlanParseError",
     "PlanexecError",
     "RunError",
+    "RetryableToolError",
     "RunCancelledError",
     "RunNotFoundError",
     "StoreError",
+    "ToolArgumentsError",
+    "ToolCallFailure",
     "ToolLoadError",
     "require_extra",
 ]
@@ -142,6 +149,29 @@ class MissingExtraError(ConfigError, ImportError):
 
 class ToolLoadError(PlanexecError):
     """Tools could not be loaded from a ``MODULE:ATTR`` or an MCP configuration."""
+
+
+class ToolCallFailure(PlanexecError):
+    """Raised by a tool (or planexec's MCP client) to say, by its class, how a call failed.
+
+    The executor reads the class (`planexec.resilience.classify_tool_failure`), never
+    the message: see the subclasses.
+    """
+
+
+class ToolArgumentsError(ToolCallFailure, ValueError):
+    """The tool, or its server, refused the arguments (an MCP server's ``-32602``).
+
+    The step fails with ``ARGS_INVALID`` and the call is not retried: the same
+    arguments would be refused again.
+    """
+
+
+class RetryableToolError(ToolCallFailure, RuntimeError):
+    """A transient failure of the tool's own (busy, rate limited, try again later).
+
+    Retried, like timeouts and connection errors, when the tool is safe to repeat.
+    """
 
 
 class ModelError(PlanexecError):

@@ -12,7 +12,7 @@ docs/recovery.md, overridable per kind. `RecoveryPolicy.decide` applies the tabl
 - ``RERESOLVE`` only re-asks for arguments taken from references: a failure naming a
   literal written in the plan (``StepError.literal_args``) re-plans at once, since no
   re-resolution changes a literal;
-- the early re-plan: when the same argument of the same tool fails the same way twice
+- the early re-plan: when the same argument of the same step fails the same way twice
   in the same plan, ``REPLAN`` instead of spending the rest of the re-resolution budget
   (counted per plan version: a new plan's step is re-resolved first);
 - ``REJECTED`` (a person rejected the call, `planexec.approval`) is never retried nor
@@ -161,13 +161,17 @@ class Failure:
         )
 
     @property
-    def signature(self) -> tuple[str | None, str, tuple[str, ...]]:
-        """What "failing the same way" compares: the tool, the kind and the arguments.
+    def signature(self) -> tuple[Any, ...]:
+        """What "failing the same way" compares: the same arguments of one step, one kind.
 
-        Values are not part of it, so a re-resolution that produces another wrong value
+        An argument is a step's argument: the step, the tool and the argument names, with
+        the failure's kind (typed fields, never the message). Two steps whose arguments
+        of the same name fail (two different references) are two failures, not one
+        failing twice. Values and the cause's text are not part of it (a re-resolution
+        words its cause otherwise), so a re-resolution that produces another wrong value
         for the same argument counts as the same way.
         """
-        return (self.tool, str(self.kind), tuple(sorted(self.args)))
+        return (self.step_id, self.tool, str(self.kind), tuple(sorted(self.args)))
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,25 @@
 - `ResilientModelClient`: a `ModelClient` that retries transient model errors with
   backoff and jitter behind a breaker, and enforces its timeout on the whole call
   (streaming included).
+- `classify_tool_failure`: what a tool's exception means (``ARGS_INVALID``,
+  ``TOOL_TIMEOUT`` or ``TOOL_ERROR``) and whether another attempt can help, by the
+  exception's class and the tool's own ``retry_on`` (`default_tool_retry_on`,
+  `tool_retry_on`): the one decision the executor asks for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -35,7 +42,15 @@ from tenacity import (
 
 from planexec._log import run_log
 from planexec._models import ModelCall, ModelClient, ReplySink
-from planexec.errors import CircuitOpenError, ConfigError, ModelError, ModelTimeoutError
+from planexec.errors import (
+    CircuitOpenError,
+    ConfigError,
+    ErrorKind,
+    ModelError,
+    ModelTimeoutError,
+    RetryableToolError,
+    ToolArgumentsError,
+)
 from planexec.events import EventBus, FallbackUsed
 from planexec.results import Usage
 
@@ -44,10 +59,15 @@ __all__ = [
     "BreakerState",
     "CircuitBreaker",
     "ResilientModelClient",
+    "RetryOn",
     "RetryPolicy",
+    "ToolFailure",
+    "classify_tool_failure",
+    "default_tool_retry_on",
     "is_transient_model_error",
     "model_provider",
     "retry_async",
+    "tool_retry_on",
     "with_timeout",
 ]
 
@@ -529,3 +549,139 @@ class ResilientModelClient(ModelClient):
                 )
 
         return await retry_async(attempt, self.retry, self.retry_if, on_retry=on_retry)
+
+
+# --------------------------------------------------------------------------- tool failures
+
+RetryOn: TypeAlias = (
+    type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+)
+"""Which failures of a tool another attempt may fix: exception classes, or a predicate
+(as LangGraph's ``RetryPolicy.retry_on``). Set per tool in
+``tool.metadata["planexec"]["retry_on"]`` (`planexec.testing.fake_tool` takes it)."""
+
+_RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses a retry may fix: timeouts, too early, rate limits, server errors."""
+
+_NEVER_RETRIED: tuple[type[BaseException], ...] = (
+    ToolArgumentsError,  # the tool or its server refused the arguments (-32602)
+    ValidationError,  # pydantic: the arguments do not fit the schema
+    LookupError,  # KeyError, IndexError: the same lookup fails again
+    TypeError,
+    ValueError,
+    AttributeError,
+    NameError,
+    ArithmeticError,
+    ImportError,
+    NotImplementedError,
+    AssertionError,
+    SyntaxError,
+    RecursionError,
+)
+"""Validation and programming errors: another attempt with the same arguments fails
+the same way, whatever caused them."""
+
+
+def _status(exc: BaseException) -> int | None:
+    """An HTTP status carried by an exception (``status_code``, or its response's)."""
+    for holder in (exc, getattr(exc, "response", None)):
+        status = getattr(holder, "status_code", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def _transient_class(exc: BaseException) -> bool:
+    if isinstance(exc, RetryableToolError | TimeoutError | ConnectionError):
+        return True
+    httpx = sys.modules.get("httpx")  # an httpx error exists only if httpx is loaded
+    if httpx is not None and isinstance(exc, httpx.TransportError):
+        return True  # connect, read, write, pool and protocol errors, timeouts
+    status = _status(exc)
+    return status is not None and (status in _RETRY_STATUS or 500 <= status < 600)
+
+
+def default_tool_retry_on(exc: BaseException) -> bool:
+    """Whether another attempt may fix a tool's failure (the default ``retry_on``).
+
+    Retried: `RetryableToolError` (a tool's own transient error), `TimeoutError`,
+    `ConnectionError`, httpx transport errors, and errors carrying an HTTP status of a
+    timeout, rate limit or server error (408, 425, 429, 5xx). Never retried: argument
+    refusals (`ToolArgumentsError`, an MCP server's ``-32602``), validation errors and
+    programming errors (``LookupError``, ``TypeError``, ``ValueError``, ...), whatever
+    their cause. Anything else (a plain `RuntimeError`, a tool's `ToolException`) is
+    retried only when its explicit cause (``raise ... from``) is transient: planexec's
+    MCP client chains the transport's error that way.
+
+    LangGraph's ``default_retry_on`` is the reference point: it too never retries
+    ``ValueError``, ``TypeError``, ``LookupError``, ``ArithmeticError``, ... and retries
+    ``ConnectionError`` and 5xx; but it retries every exception it does not list,
+    where this default retries only what it knows a retry can fix.
+    """
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 8:
+        if isinstance(cause, _NEVER_RETRIED):
+            return False
+        if _transient_class(cause):
+            return True
+        cause = cause.__cause__
+        seen += 1
+    return False
+
+
+def tool_retry_on(tool: BaseTool | None) -> RetryOn:
+    """A tool's ``retry_on`` (``tool.metadata["planexec"]["retry_on"]``), or the default.
+
+    Raises:
+        ConfigError: the tool's ``retry_on`` is neither exception classes nor callable.
+    """
+    meta = (tool.metadata or {}).get("planexec") if tool is not None else None
+    found = meta.get("retry_on") if isinstance(meta, Mapping) else None
+    if found is None:
+        return default_tool_retry_on
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
+    if isinstance(found, tuple) and all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in found
+    ):
+        return found
+    if callable(found):
+        return found  # type: ignore[no-any-return]
+    raise ConfigError(
+        f"tool {tool.name if tool is not None else '?'!r}: metadata['planexec']['retry_on'] "
+        f"must be exception classes or a predicate, got {found!r}"
+    )
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """What a tool's failure means for the step (see `classify_tool_failure`)."""
+
+    kind: ErrorKind
+    """``ARGS_INVALID``, ``TOOL_TIMEOUT`` or ``TOOL_ERROR``."""
+    retry: bool
+    """Whether another attempt may succeed (the tool must also be safe to repeat)."""
+
+
+def classify_tool_failure(exc: BaseException, tool: BaseTool | None = None) -> ToolFailure:
+    """Classify an exception a tool call raised, by its class and the tool's ``retry_on``.
+
+    `ToolArgumentsError` (and a pydantic ``ValidationError``) is ``ARGS_INVALID``,
+    never retried, whatever ``retry_on`` says: the same arguments are refused again. A
+    `TimeoutError` is ``TOOL_TIMEOUT``; anything else is ``TOOL_ERROR``. ``retry`` is the
+    tool's ``retry_on`` applied to the exception (`tool_retry_on`; by default
+    `default_tool_retry_on`).
+
+    Raises:
+        ConfigError: the tool's ``retry_on`` is not usable.
+    """
+    if isinstance(exc, ToolArgumentsError | ValidationError):
+        return ToolFailure(ErrorKind.ARGS_INVALID, False)
+    kind = ErrorKind.TOOL_TIMEOUT if isinstance(exc, TimeoutError) else ErrorKind.TOOL_ERROR
+    retry_on = tool_retry_on(tool)
+    if isinstance(retry_on, type | tuple):
+        retry = isinstance(exc, retry_on)
+    else:
+        retry = bool(retry_on(exc))
+    return ToolFailure(kind, retry)

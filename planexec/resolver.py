@@ -63,7 +63,7 @@ from pydantic.errors import PydanticUserError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from planexec._json import non_finite
-from planexec._log import step_log
+from planexec._log import level_of, step_log
 from planexec._models import ModelClient, as_client
 from planexec.errors import ErrorKind, ModelError
 from planexec.events import ArgResolved, EventBus, FallbackUsed
@@ -946,7 +946,7 @@ class _Resolution:
         )
 
     async def warn(self, code: str, message: str) -> None:
-        step_log(self.run_id, self.step.id).warning(message)
+        step_log(self.run_id, self.step.id).log(level_of(code), message)
         if self.bus is not None:
             await self.bus.emit(
                 FallbackUsed(run_id=self.run_id, step_id=self.step.id, code=code, message=message)

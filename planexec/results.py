@@ -624,6 +624,19 @@ class Run:
                     order.setdefault(sid, len(order))
         return sorted(latest.values(), key=lambda r: (order.get(r.step_id, len(order)), r.step_id))
 
+    def step(self, step_id: int) -> StepResult:
+        """The latest result of step ``step_id``, across attempts (as in `results`).
+
+        Raises:
+            KeyError: the run has no result for that step (the message lists those it has).
+        """
+        for attempt in reversed(self.attempts):
+            for r in reversed(attempt.results):
+                if r.step_id == step_id:
+                    return r
+        have = sorted({r.step_id for a in self.attempts for r in a.results})
+        raise KeyError(f"run {self.run_id} has no result for step {step_id}; it has {have}")
+
     @property
     def plan(self) -> Plan | None:
         """The last plan tried."""

@@ -48,10 +48,12 @@ runs again, and its call uses the approved arguments).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,11 +65,16 @@ from planexec.approval import (
     ApprovalRequest,
     apply_edit,
     decided_event,
-    pending_approvals,
-    recorded_decisions,
+    open_requests,
 )
 from planexec.cancelling import cancel_watch
-from planexec.errors import ApprovalError, ErrorKind, RunCancelledError, RunError
+from planexec.errors import (
+    ApprovalError,
+    ErrorKind,
+    LeaseHeldError,
+    RunCancelledError,
+    RunError,
+)
 from planexec.events import (
     Event,
     EventBus,
@@ -81,7 +88,18 @@ from planexec.events import (
 from planexec.plan import Plan
 from planexec.planner import cut_off
 from planexec.results import Run, RunStatus, StepResult, StepStatus
-from planexec.store.base import HOST, RunRecord, RunStore, StartedCall, owner_alive
+from planexec.store.base import (
+    HOST,
+    LEASE_OWNER,
+    LEASE_TTL,
+    Lease,
+    RequestState,
+    RunRecord,
+    RunStore,
+    StartedCall,
+    check_decidable,
+    owner_alive,
+)
 from planexec.store.reading import run_from_store
 
 if TYPE_CHECKING:
@@ -99,6 +117,7 @@ __all__ = [
     "execute_recorded",
     "first_failure",
     "force_hint",
+    "hold_lease",
     "plan_resume",
     "recorded_tool_source",
     "resume_run",
@@ -116,6 +135,48 @@ _UNSURE_KINDS = frozenset({ErrorKind.TOOL_TIMEOUT, ErrorKind.CANCELLED})
 def force_hint(run_id: str) -> str:
     """The command that resumes a run and re-runs unsafe calls anyway."""
     return f"planexec runs resume {run_id} --rerun-unsafe"
+
+
+@contextlib.asynccontextmanager
+async def hold_lease(
+    store: RunStore, run_id: str, *, ttl: float | None = None
+) -> AsyncIterator[Lease]:
+    """Drive ``run_id`` as its one driver: take its lease, renew it, give it up at the end.
+
+    The lease is taken compare-and-set (`planexec.store.RunStore.acquire_lease`) and
+    renewed every ``ttl / 3`` seconds while the body runs; the body runs with
+    `planexec.store.base.LEASE_OWNER` set, so the run's approval gate claims decisions as
+    this driver. A driver that loses the lease (its heartbeat late by more than ``ttl``)
+    is told by the next claim: no approved call happens without the lease.
+
+    ``ttl``: the lease's time to live (None: `LEASE_TTL`).
+
+    Raises:
+        LeaseHeldError: another live driver holds the lease; its message names it.
+    """
+    ttl = LEASE_TTL if ttl is None else ttl
+    owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    lease = store.acquire_lease(run_id, owner, ttl=ttl)
+    token = LEASE_OWNER.set(owner)
+    beat = asyncio.ensure_future(_heartbeat(store, run_id, owner, ttl))
+    try:
+        yield lease
+    finally:
+        beat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beat
+        LEASE_OWNER.reset(token)
+        store.release_lease(run_id, owner)
+
+
+async def _heartbeat(store: RunStore, run_id: str, owner: str, ttl: float) -> None:
+    while True:
+        await asyncio.sleep(ttl / 3)
+        try:
+            store.renew_lease(run_id, owner)
+        except LeaseHeldError as exc:
+            run_log(run_id).warning("{}; approved calls of this driver will be refused", exc)
+            return
 
 
 @dataclass(frozen=True)
@@ -389,7 +450,22 @@ async def continue_run(
     Raises:
         RunNotFoundError: no such run.
         RunError: the run is still running, or has no plan to continue.
+        LeaseHeldError: another driver drives the run (one driver per run).
     """
+    async with hold_lease(store, run_id):
+        return await _continue_run(store, run_id, execute, bus=bus, is_safe=is_safe,
+                                   rerun_unsafe=rerun_unsafe)
+
+
+async def _continue_run(
+    store: RunStore,
+    run_id: str,
+    execute: Execute,
+    *,
+    bus: EventBus,
+    is_safe: Callable[[str], bool],
+    rerun_unsafe: bool,
+) -> Run:
     rp = plan_resume(store, run_id, is_safe=is_safe, rerun_unsafe=rerun_unsafe)
     if rp.complete:
         return run_from_store(store, run_id)
@@ -453,11 +529,29 @@ async def resume_run(
     under the same id. ``allow_running`` resumes a run whose recorded process still seems
     alive (``planexec runs resume --force``).
 
+    Resuming takes the run's lease (`hold_lease`): a second resumer is refused. Every
+    approval request on record is honoured, whatever the agent's config: its step runs
+    only with a decision made for its exact call.
+
     Raises:
         RunNotFoundError: no such run.
         RunError: the run is still running in a live process, or it has no plan and
             the agent has no model to plan with.
+        LeaseHeldError: another driver drives the run (it is named).
     """
+    async with hold_lease(store, run_id) as lease:
+        return await _resume_run(agent, store, run_id, rerun_unsafe, allow_running,
+                                 lease.owner)
+
+
+async def _resume_run(
+    agent: PlanExecuteAgent,
+    store: RunStore,
+    run_id: str,
+    rerun_unsafe: bool,
+    allow_running: bool,
+    owner: str,
+) -> Run:
     rp = plan_resume(store, run_id, is_safe=catalog_is_safe(agent.catalog),
                      rerun_unsafe=rerun_unsafe, allow_running=allow_running)
     if rp.complete:
@@ -486,7 +580,8 @@ async def resume_run(
             prior=_prior_with_earlier_versions(store, run_id, rp),
             announce=_announcement(rp),
             event_handlers=handlers,
-            decisions=recorded_decisions(store.events(run_id)),
+            store=store,
+            owner=owner,
         )
     if handlers:  # the agent flushes its own store; this one is only subscribed
         await store.flush()
@@ -516,9 +611,10 @@ def _prior_with_earlier_versions(
 
 # ---------------------------------------------------------------------- approvals
 
-_DECIDABLE = (RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED)
+_DECIDABLE = (RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED, RunStatus.RUNNING)
 """Run statuses a decision may be recorded in (a run killed while it waited is
-INTERRUPTED: its request is on record)."""
+INTERRUPTED: its request is on record; a running one may be asking its callback right
+now: the first decision recorded wins, compare-and-set, and the run applies it)."""
 
 
 def waiting_steps(store: RunStore, run_id: str) -> list[ApprovalRequest]:
@@ -528,7 +624,7 @@ def waiting_steps(store: RunStore, run_id: str) -> list[ApprovalRequest]:
         RunNotFoundError: no such run.
     """
     store.get_run(run_id)
-    return pending_approvals(store.events(run_id))
+    return open_requests(store, run_id)
 
 
 def waiting_request(store: RunStore, run_id: str, step_id: int) -> ApprovalRequest:
@@ -547,6 +643,10 @@ def waiting_request(store: RunStore, run_id: str, step_id: int) -> ApprovalReque
     waiting = waiting_steps(store, run_id)
     found = [r for r in waiting if r.step_id == step_id]
     if not found:
+        latest = [r for r in store.approval_requests(run_id) if r.step_id == step_id]
+        if latest and latest[-1].state in (RequestState.DECIDED, RequestState.CLAIMED):
+            last = max(latest, key=lambda r: (r.plan_version, r.request_no))
+            check_decidable(last, run_id, last.plan_version, step_id, None)  # says by whom
         shown = ", ".join(f"step {r.step_id} ({r.tool})" for r in waiting) or "none"
         raise ApprovalError(
             f"step {step_id} of run {run_id} is not waiting for approval (waiting: {shown})"
@@ -564,16 +664,19 @@ async def decide_step(
 ) -> ApprovalDecision:
     """Record a person's decision about a waiting step (``planexec runs approve|reject``).
 
-    The decision is an `planexec.events.ApprovalDecided` event in the run's record,
-    committed and flushed before this returns; `resume_run` applies it. An approval
-    records the arguments the tool will be called with: the resolved ones, with the
-    edits merged in (validated against the tool's schema, from ``catalog``).
+    The decision is recorded compare-and-set (`planexec.store.RunStore.decide_request`),
+    with its `planexec.events.ApprovalDecided` event, committed before this returns;
+    `resume_run` applies it to the exact call it was asked for. An approval records the
+    arguments the tool will be called with: the resolved ones, with the edits merged in
+    (checked in the plan's dialect and validated against the tool's schema, from
+    ``catalog``; the gate checks them again before the call).
 
     Returns:
         The decision as recorded (``args`` filled in).
 
     Raises:
         RunNotFoundError: no such run.
+        AlreadyDecidedError: another decider was first (it says who, when and what).
         ApprovalError: the step does not wait; an edit without a catalog, for a tool
             the catalog lacks, or that does not fit the schema (``problems``).
         ValueError: a ``defer`` decision (nothing to record).
@@ -591,7 +694,10 @@ async def decide_step(
                 f"step {step_id}: edited arguments are checked against the schema of tool "
                 f"{request.tool!r}, which is not among the tools given"
             )
-        final, problems = apply_edit(spec, request.args, decision.edited or {})
+        plans = [p for p in store.plans(run_id) if p.version == request.plan_version]
+        dialect = plans[0].plan.dialect if plans and plans[0].plan is not None else None
+        final, problems = apply_edit(spec, request.args, decision.edited or {},
+                                     dialect=dialect)
         if final is None:
             raise ApprovalError(
                 f"step {step_id}: the edited arguments do not fit the schema of tool "
@@ -599,11 +705,15 @@ async def decide_step(
                 problems,
             )
     decided = dataclasses.replace(decision, args=final)
+    await store.flush()
+    store.decide_request(
+        run_id, request.plan_version, step_id, action=str(decided.action), args=final,
+        edited=decided.edited, reason=decided.reason, by=decided.by, at=decided.at,
+        event=decided_event(run_id, step_id, request.plan_version, decided),
+    )
     run_log(run_id).info(
         "step {}: decision recorded: {} by {}", step_id, decided.action, decided.by or "?"
     )
-    await store.handle(decided_event(run_id, step_id, request.plan_version, decided))
-    await store.flush()
     return decided
 
 
@@ -716,10 +826,13 @@ async def execute_recorded(
     """
     started = time.perf_counter()
     trace = executor.trace
+    lease = (hold_lease(store, executor.run_id) if isinstance(store, RunStore)
+             else contextlib.nullcontext())
     try:
-        results = await _execute_recorded(
-            executor, plan, text, bus=bus, store=store, question=question, config=config
-        )
+        async with lease:
+            results = await _execute_recorded(
+                executor, plan, text, bus=bus, store=store, question=question, config=config
+            )
     except BaseException as exc:
         if trace is not None:
             await trace.end({}, exc)

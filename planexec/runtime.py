@@ -32,8 +32,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.language_models import BaseChatModel
@@ -41,7 +41,7 @@ from langchain_core.runnables import RunnableConfig
 
 from planexec._log import run_log
 from planexec._models import ModelClient
-from planexec.approval import ApprovalDecision, ApprovalGate, ApprovalPolicy, Approver
+from planexec.approval import ApprovalGate, ApprovalPolicy, Approver
 from planexec.config import AgentConfig, ExecutorSettings
 from planexec.errors import ConfigError
 from planexec.events import EventBus
@@ -53,6 +53,7 @@ from planexec.resilience import BreakerRegistry, ResilientModelClient
 from planexec.resolver import ArgResolver
 from planexec.results import Usage
 from planexec.selection import ModelToolSelector
+from planexec.store.base import RunStore
 from planexec.tools import ToolCatalog
 from planexec.tracing import RunTrace, start_trace
 
@@ -293,23 +294,36 @@ class Runtime:
         *,
         bus: EventBus,
         run_id: str,
-        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
+        store: RunStore | None = None,
+        owner: str | None = None,
     ) -> ApprovalGate | None:
         """The run's approval gate (`planexec.approval.ApprovalGate`).
 
-        None unless ``approval.enabled``, an ``approver`` or recorded ``decisions`` ask
-        for one.
+        None unless ``approval.enabled``, an ``approver``, or a request on record in
+        ``store`` for the run asks for one: an open request is honoured whatever this
+        config says (its step waits for a decision made for its exact call).
+
+        Args:
+            bus: The run's bus.
+            run_id: The run.
+            store: The run's store: where requests and decisions are recorded (None:
+                in the gate only).
+            owner: The run's lease holder (claims decisions), if it took the lease.
         """
         settings = self.config.approval
-        if not (settings.enabled or self.approver is not None or decisions):
-            return None
+        policy = ApprovalPolicy.from_settings(settings)
+        if not (settings.enabled or self.approver is not None):
+            if store is None or not store.approval_requests(run_id):
+                return None
+            policy = ApprovalPolicy(require=frozenset(), tools=frozenset(), allow=policy.allow)
         return ApprovalGate(
-            ApprovalPolicy.from_settings(settings),
+            policy,
             self.approver,
             bus=bus,
             run_id=run_id,
-            decisions=decisions,
             max_edit_attempts=settings.max_edit_attempts,
+            store=store,
+            owner=owner,
         )
 
     def open_run(
@@ -321,7 +335,8 @@ class Runtime:
         question: str = "",
         catalog: ToolCatalog | None = None,
         trace: RunTrace | None = None,
-        decisions: Mapping[tuple[int, int], ApprovalDecision] | None = None,
+        store: Any = None,
+        owner: str | None = None,
     ) -> RunServices:
         """Assemble one run: its client, resolver, reasoner, limits and executor.
 
@@ -335,9 +350,11 @@ class Runtime:
             trace: The run's trace (`planexec.tracing.start_trace`), when the caller
                 traces: the client parents each model call in it, the executor each
                 round, step and tool call. None: untraced, today's plain call path.
-            decisions: Approval decisions already recorded for the run, by
-                ``(plan_version, step_id)`` (`planexec.approval.recorded_decisions`):
-                the run's approval gate applies them without asking.
+            store: The run's store: the approval gate records requests and decisions
+                there, and honours those already on record (`approval_gate`). Anything
+                but a `planexec.store.RunStore` (a bare event handler) keeps no requests:
+                the gate keeps its own.
+            owner: The run's lease holder, when its driver took the lease.
 
         Returns:
             The run's services; ``executor`` runs its plans.
@@ -364,6 +381,9 @@ class Runtime:
             guard=limit_guard(limits, catalog),
             runner=self.runner,
             trace=trace,
-            approvals=self.approval_gate(bus=bus, run_id=run_id, decisions=decisions),
+            approvals=self.approval_gate(
+                bus=bus, run_id=run_id, owner=owner,
+                store=store if isinstance(store, RunStore) else None,
+            ),
         )
         return RunServices(client, resolver, reasoner, limits, executor)

@@ -28,7 +28,8 @@ import heapq
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -37,8 +38,8 @@ from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
 )
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, UsageMetadata
 from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call_chunk
 from langchain_core.output_parsers import JsonOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -50,10 +51,13 @@ from langchain_core.runnables import (
     RunnablePassthrough,
 )
 from langchain_core.tools import BaseTool, StructuredTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
+from pydantic.v1 import BaseModel as BaseModelV1
 
 from planexec._models import ModelCall
+from planexec.errors import RetryableToolError
+from planexec.resilience import RetryOn
 
 __all__ = [
     "FakeClock",
@@ -111,6 +115,11 @@ class ScriptedChatModel(BaseChatModel):
     usage: dict[str, int] | None = None
     """Token usage to report on every reply, e.g. ``{"input_tokens": 10, ...}``."""
     name_: str = "scripted"
+    """A name for the fake (its ``model_name`` unless one is given)."""
+    model_name: str | None = None
+    """The model's name in traces (``ls_model_name``) and in each reply's
+    ``response_metadata["model_name"]``; `name_` when None. A call's ``model=...``
+    keyword overrides it for that call, as providers' models do."""
     _requests: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
     _index: int = PrivateAttr(default=0)
 
@@ -120,7 +129,30 @@ class ScriptedChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model_name": self.name_}
+        return {"model_name": self.model_name or self.name_}
+
+    def _model_for(self, kwargs: Mapping[str, Any]) -> str:
+        """The model a call answers as: its ``model`` keyword, else `model_name`."""
+        model = kwargs.get("model")
+        if isinstance(model, str) and model:
+            return model
+        return self.model_name or self.name_
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_model_name"] = self._model_for(kwargs)
+        return params
+
+    def _usage(self) -> UsageMetadata | None:
+        """The usage every reply reports (from `usage`), or None."""
+        if not self.usage:
+            return None
+        inp, out = self.usage.get("input_tokens", 0), self.usage.get("output_tokens", 0)
+        return UsageMetadata(
+            input_tokens=inp,
+            output_tokens=out,
+            total_tokens=self.usage.get("total_tokens", inp + out),
+        )
 
     @property
     def requests(self) -> list[list[BaseMessage]]:
@@ -157,17 +189,19 @@ class ScriptedChatModel(BaseChatModel):
             return str(reply(list(messages)))
         return str(reply)
 
-    def _result(self, text: str) -> ChatResult:
-        msg = AIMessage(content=text)
-        if self.usage:
-            msg.usage_metadata = {
-                "input_tokens": self.usage.get("input_tokens", 0),
-                "output_tokens": self.usage.get("output_tokens", 0),
-                "total_tokens": self.usage.get(
-                    "total_tokens",
-                    self.usage.get("input_tokens", 0) + self.usage.get("output_tokens", 0),
-                ),
-            }
+    def _result(self, text: str, kwargs: Mapping[str, Any] | None = None) -> ChatResult:
+        return self._message_result(AIMessage(content=text), kwargs)
+
+    def _message_result(
+        self, msg: AIMessage, kwargs: Mapping[str, Any] | None = None
+    ) -> ChatResult:
+        """``msg`` with the usage and the model's name, as a `ChatResult`."""
+        usage = self._usage()
+        if usage is not None:
+            msg.usage_metadata = usage
+        msg.response_metadata = {
+            **msg.response_metadata, "model_name": self._model_for(kwargs or {})
+        }
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def _generate(
@@ -179,7 +213,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         if self.delay:
             time.sleep(self.delay)
-        return self._result(self._next(messages))
+        return self._result(self._next(messages), kwargs)
 
     async def _agenerate(
         self,
@@ -190,7 +224,103 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         if self.delay:
             await asyncio.sleep(self.delay)
-        return self._result(self._next(messages))
+        return self._result(self._next(messages), kwargs)
+
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """Stream as langchain does; the whole reply (this fake does not stream) is one chunk.
+
+        (It implements no ``_stream``, so planexec does not stream its plans:
+        `planexec.streaming.model_streams`; langchain then yields the whole message,
+        which is turned into the one last `AIMessageChunk` a stream is made of.)
+        """
+        for out in super().stream(input, config, stop=stop, **kwargs):
+            yield out if isinstance(out, AIMessageChunk) else _as_chunk(out)
+
+    async def astream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """Stream as langchain does; the whole reply is one chunk (see `stream`)."""
+        async for out in super().astream(input, config, stop=stop, **kwargs):
+            yield out if isinstance(out, AIMessageChunk) else _as_chunk(out)
+
+    def _stream_chat_model_events(
+        self,
+        messages: list[BaseMessage],
+        *,
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """``stream_events(version="v3")``: the whole reply's events (it does not stream)."""
+        from langchain_core.language_models._compat_bridge import chunks_to_events
+
+        result = self._generate(messages, stop, run_manager, **kwargs)
+        whole = ChatGenerationChunk(message=_as_chunk(result.generations[0].message))
+        yield from chunks_to_events(iter([whole]))
+
+    async def _astream_chat_model_events(
+        self,
+        messages: list[BaseMessage],
+        *,
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """``astream_events(version="v3")``: the whole reply's events (see above)."""
+        from langchain_core.language_models._compat_bridge import chunks_to_events
+
+        result = await self._agenerate(messages, stop, run_manager, **kwargs)
+        whole = ChatGenerationChunk(message=_as_chunk(result.generations[0].message))
+        for event in chunks_to_events(iter([whole])):
+            yield event
+
+
+def _as_chunk(message: BaseMessage) -> AIMessageChunk:
+    """A whole reply as the one (last) chunk of a stream."""
+    calls = getattr(message, "tool_calls", None) or []
+    chunk = AIMessageChunk(
+        content=message.content,
+        tool_call_chunks=[
+            tool_call_chunk(
+                name=c["name"], args=json.dumps(c["args"]), id=c.get("id"), index=i
+            )
+            for i, c in enumerate(calls)
+        ],
+        usage_metadata=getattr(message, "usage_metadata", None),
+        response_metadata=dict(message.response_metadata),
+        id=message.id,
+        chunk_position="last",
+    )
+    return chunk
+
+
+_CALL: ContextVar[ModelCall | None] = ContextVar("planexec_testing_call", default=None)
+"""The `ModelCall` of the chat model call under way in this context (see `FunctionModel`)."""
+
+
+def _as_schema(schema: Any, data: Any) -> Any:
+    """``data`` as an instance of ``schema`` when that is a pydantic model, else as is.
+
+    Raises:
+        ValueError: the data does not fit the model (a pydantic ``ValidationError``).
+    """
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return schema.model_validate(data)
+    if isinstance(schema, type) and issubclass(schema, BaseModelV1):
+        return schema.parse_obj(data)
+    return data
 
 
 class FunctionChatModel(ScriptedChatModel):
@@ -239,6 +369,12 @@ class FunctionModel(ScriptedChatModel):
     ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
         """A runnable that answers with the function's value (``structured=True`` only).
 
+        The call goes through the chat model (callbacks and tracing see it, with
+        ``ls_structured_output_format``; sync and async; any `LanguageModelInput`): the
+        function's value is the reply's JSON text, parsed (into ``schema`` when it is a
+        pydantic model). A reply that does not parse is the ``parsing_error`` of an
+        ``include_raw`` call, and raises otherwise.
+
         Raises:
             NotImplementedError: the model is text-only (``structured=False``).
         """
@@ -248,29 +384,57 @@ class FunctionModel(ScriptedChatModel):
                 "(FunctionModel(structured=False))"
             )
 
-        async def run(messages: Any, config: RunnableConfig | None = None) -> Any:
-            call = ModelCall.from_metadata((config or {}).get("metadata")) or ModelCall("direct")
-            self._calls.append(call)
-            self._requests.append(list(messages))
-            out = self.function(call, list(messages))
-            if asyncio.iscoroutine(out):
-                out = await out
-            parsed: Any = out
-            error: Exception | None = None
-            if isinstance(out, str):
-                try:
-                    parsed = json.loads(out)
-                except ValueError as exc:
-                    parsed, error = None, exc
-            text = out if isinstance(out, str) else json.dumps(out, default=str)
-            raw = self._result(text).generations[0].message
-            if include_raw:
-                return {"raw": raw, "parsed": parsed, "parsing_error": error}
-            if error is not None:
-                raise error
-            return parsed
+        method = kwargs.get("method") or "json_schema"
+        llm = self.bind(
+            response_format={"type": "json_object"},
+            ls_structured_output_format={
+                "kwargs": {"method": method},
+                "schema": convert_to_json_schema(schema),
+            },
+        )
 
-        return RunnableLambda(run, name="FunctionModel.structured")
+        def parse(message: BaseMessage) -> Any:
+            return _as_schema(schema, json.loads(message.text))
+
+        def parse_raw(message: BaseMessage) -> dict[str, Any]:
+            try:
+                return {"raw": message, "parsed": parse(message), "parsing_error": None}
+            except ValueError as exc:  # not JSON, or not the schema's (pydantic)
+                return {"raw": message, "parsed": None, "parsing_error": exc}
+
+        if include_raw:
+            return llm | RunnableLambda(parse_raw, name="FunctionModel.structured")
+        return llm | RunnableLambda(parse, name="FunctionModel.structured")
+
+    def invoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """`BaseChatModel.invoke`, with the call's `ModelCall` at hand (see `_ask`)."""
+        token = _CALL.set(ModelCall.from_metadata((config or {}).get("metadata")))
+        try:
+            return super().invoke(input, config, stop=stop, **kwargs)
+        finally:
+            _CALL.reset(token)
+
+    async def ainvoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """`BaseChatModel.ainvoke`, with the call's `ModelCall` at hand (see `_ask`)."""
+        token = _CALL.set(ModelCall.from_metadata((config or {}).get("metadata")))
+        try:
+            return await super().ainvoke(input, config, stop=stop, **kwargs)
+        finally:
+            _CALL.reset(token)
 
     @property
     def calls_made(self) -> list[ModelCall]:
@@ -282,9 +446,17 @@ class FunctionModel(ScriptedChatModel):
         return [c.purpose for c in self._calls]
 
     def _ask(self, messages: list[BaseMessage], run_manager: Any) -> Any:
-        """Record the call and ask the function (its result may be a coroutine)."""
+        """Record the call and ask the function (its result may be a coroutine).
+
+        The `ModelCall` is read from the run's metadata; langchain gives a streamed
+        call (``_stream``, ``_astream``) no run manager, so it is then the one the
+        call's config carried into `invoke`, `ainvoke`, `stream` or `astream`.
+        """
         metadata = getattr(run_manager, "metadata", None)
-        call = ModelCall.from_metadata(metadata) or ModelCall("direct")
+        call = ModelCall.from_metadata(metadata)
+        if call is None and run_manager is None:
+            call = _CALL.get()
+        call = call or ModelCall("direct")
         self._calls.append(call)
         self._requests.append(list(messages))
         return self.function(call, list(messages))
@@ -300,7 +472,13 @@ class FunctionModel(ScriptedChatModel):
         if asyncio.iscoroutine(out):
             out.close()
             raise TypeError("FunctionModel: an async function needs an async call (ainvoke)")
-        return self._result(str(out))
+        return self._result(self._text_of(out, kwargs), kwargs)
+
+    def _text_of(self, out: Any, kwargs: Mapping[str, Any]) -> str:
+        """The reply's text: JSON for a structured call (``response_format``), else str."""
+        if "response_format" in kwargs and not isinstance(out, str):
+            return json.dumps(out, default=str)
+        return str(out)
 
     async def _agenerate(
         self,
@@ -312,7 +490,7 @@ class FunctionModel(ScriptedChatModel):
         out = self._ask(messages, run_manager)
         if asyncio.iscoroutine(out):
             out = await out
-        return self._result(str(out))
+        return self._result(self._text_of(out, kwargs), kwargs)
 
 
 class FakeClock:
@@ -404,8 +582,6 @@ class StreamingModel(FunctionModel):
     chunk_times: list[float] = Field(default_factory=list)
     """When each chunk went out (the clock's ``now`` or ``time.perf_counter()``)."""
 
-    _stream_call: ModelCall | None = PrivateAttr(default=None)
-
     def with_structured_output(
         self, schema: dict[str, Any] | type, *, include_raw: bool = False, **kwargs: Any
     ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
@@ -438,15 +614,34 @@ class StreamingModel(FunctionModel):
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """Bind tools: the reply is then a call of the first one (its arguments the text)."""
-        kwargs.pop("ls_structured_output_format", None)
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+        """Bind tools: the reply is then a call of one (its arguments the function's value).
+
+        The tool called is the one ``tool_choice`` names (a name, or
+        ``{"type": "function", "function": {"name": ...}}``), else the first one.
+        Other keywords (``ls_structured_output_format``, for tracing) are bound too.
+        """
+        bound = [convert_to_openai_tool(t) for t in tools]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=bound, **kwargs)
 
     def _reply_text(self, out: Any) -> str:
         return out if isinstance(out, str) else json.dumps(out, default=str)
 
     def _now(self) -> float:
         return float(self.clock.now) if self.clock is not None else time.perf_counter()
+
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """`BaseChatModel.stream` (it streams), with the call's `ModelCall` at hand."""
+        _CALL.set(ModelCall.from_metadata((config or {}).get("metadata")))
+        yield from BaseChatModel.stream(self, input, config, stop=stop, **kwargs)
 
     async def astream(
         self,
@@ -456,59 +651,85 @@ class StreamingModel(FunctionModel):
         stop: list[str] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
-        """Stream the reply; the `ModelCall` is read from ``config`` here.
-
-        (langchain gives ``_astream`` no run manager to read it from.)
-        """
-        self._stream_call = ModelCall.from_metadata((config or {}).get("metadata"))
-        async for chunk in super().astream(input, config, stop=stop, **kwargs):
+        """`BaseChatModel.astream` (it streams), with the call's `ModelCall` at hand."""
+        _CALL.set(ModelCall.from_metadata((config or {}).get("metadata")))
+        async for chunk in BaseChatModel.astream(self, input, config, stop=stop, **kwargs):
             yield chunk
+
+    def _stream_chat_model_events(
+        self,
+        messages: list[BaseMessage],
+        *,
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """``stream_events(version="v3")`` over `_stream`'s chunks (it streams)."""
+        from langchain_core.language_models._compat_bridge import chunks_to_events
+
+        yield from chunks_to_events(self._stream(messages, stop, run_manager, **kwargs))
+
+    async def _astream_chat_model_events(
+        self,
+        messages: list[BaseMessage],
+        *,
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """``astream_events(version="v3")`` over `_astream`'s chunks (it streams)."""
+        from langchain_core.language_models._compat_bridge import achunks_to_events
+
+        chunks = self._astream(messages, stop, run_manager, **kwargs)
+        async for event in achunks_to_events(chunks):
+            yield event
 
     @property
     def _sleep(self) -> Callable[[float], Awaitable[None]]:
         """The clock's sleep (real time without a clock)."""
         return self.clock.sleep if self.clock is not None else asyncio.sleep
 
-    async def _reply(self, out: Any, kwargs: dict[str, Any]) -> tuple[str | None, str]:
-        """The tool a structured call asks for (None: plain text) and the reply's text.
-
-        ``out`` is the function's answer, awaited when the function is async.
-        """
-        if asyncio.iscoroutine(out):
-            out = await out
+    def _shape(self, out: Any, kwargs: dict[str, Any]) -> tuple[str | None, str]:
+        """The tool a structured call asks for (None: plain text) and the reply's text."""
         tool = _tool_name(kwargs)
         structured = tool is not None or "response_format" in kwargs
         return tool, self._reply_text(out) if structured else str(out)
 
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        call, self._stream_call = self._stream_call, None
-        if call is not None and run_manager is None:
-            self._calls.append(call)
-            self._requests.append(list(messages))
-            out = self.function(call, list(messages))
-        else:
-            out = self._ask(messages, run_manager)
-        tool, text = await self._reply(out, kwargs)
+    async def _reply(self, out: Any, kwargs: dict[str, Any]) -> tuple[str | None, str]:
+        """`_shape` of the function's answer, awaited when the function is async."""
+        if asyncio.iscoroutine(out):
+            out = await out
+        return self._shape(out, kwargs)
+
+    def _sync_reply(self, out: Any, kwargs: dict[str, Any]) -> tuple[str | None, str]:
+        """`_shape` for a sync call (``invoke``, ``stream``), which cannot await.
+
+        Raises:
+            TypeError: the function is async, or a ``clock`` or ``gate`` paces the
+                chunks: those need an async call.
+        """
+        if asyncio.iscoroutine(out):
+            out.close()
+            raise TypeError("StreamingModel: an async function needs an async call")
+        if self.clock is not None or self.gate is not None:
+            raise TypeError("StreamingModel: a clock or a gate needs an async call")
+        return self._shape(out, kwargs)
+
+    def _pieces(self, text: str) -> list[str]:
         size = max(1, self.chars_per_token * self.tokens_per_chunk)
-        delay = self.tokens_per_chunk / self.tokens_per_second if self.tokens_per_second else 0.0
-        sleep = self._sleep
-        begun = self._now()
-        for index, start in enumerate(range(0, max(len(text), 1), size)):
-            if delay:  # against the start, so waits do not add up their overshoots
-                await sleep(max(0.0, begun + (index + 1) * delay - self._now()))
-            if self.gate is not None:
-                await self.gate(index, text[:start])
-            self.chunk_times.append(self._now())
-            piece = text[start : start + size]
-            if tool is None:
-                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
-                continue
+        return [text[start : start + size] for start in range(0, max(len(text), 1), size)]
+
+    def _delay(self) -> float:
+        """Seconds before each chunk (0: no waiting)."""
+        return self.tokens_per_chunk / self.tokens_per_second if self.tokens_per_second else 0.0
+
+    def _chunk(
+        self, tool: str | None, index: int, piece: str, last: bool, kwargs: dict[str, Any]
+    ) -> ChatGenerationChunk:
+        """Chunk ``index`` of a reply; the last one carries the usage and the model."""
+        if tool is None:
+            message = AIMessageChunk(content=piece)
+        else:
             first = index == 0
             part = tool_call_chunk(
                 name=tool if first else None,
@@ -516,22 +737,17 @@ class StreamingModel(FunctionModel):
                 id="call_0" if first else None,
                 index=0,
             )
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[part]))
+            message = AIMessageChunk(content="", tool_call_chunks=[part])
+        if last:
+            message.chunk_position = "last"
+            message.usage_metadata = self._usage()
+            message.response_metadata = {"model_name": self._model_for(kwargs)}
+        return ChatGenerationChunk(message=message)
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        tool, text = await self._reply(self._ask(messages, run_manager), kwargs)
-        if self.tokens_per_second:
-            size = max(1, self.chars_per_token * self.tokens_per_chunk)
-            chunks = max(1, -(-len(text) // size))
-            await self._sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
+    def _whole(self, tool: str | None, text: str, kwargs: dict[str, Any]) -> ChatResult:
+        """The whole reply: text, or a call of ``tool`` with the text as its arguments."""
         if tool is None:
-            return self._result(text)
+            return self._result(text, kwargs)
         message = AIMessage(content="")
         try:
             args = json.loads(text)
@@ -543,15 +759,86 @@ class StreamingModel(FunctionModel):
             message.invalid_tool_calls = [
                 invalid_tool_call(name=tool, args=text, id="call_0", error=str(args))
             ]
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return self._message_result(message, kwargs)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        tool, text = await self._reply(self._ask(messages, run_manager), kwargs)
+        pieces = self._pieces(text)
+        delay = self._delay()
+        sleep = self._sleep
+        begun = self._now()
+        sent = 0
+        for index, piece in enumerate(pieces):
+            if delay:  # against the start, so waits do not add up their overshoots
+                await sleep(max(0.0, begun + (index + 1) * delay - self._now()))
+            if self.gate is not None:
+                await self.gate(index, text[:sent])
+            self.chunk_times.append(self._now())
+            sent += len(piece)
+            yield self._chunk(tool, index, piece, index == len(pieces) - 1, kwargs)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        tool, text = self._sync_reply(self._ask(messages, run_manager), kwargs)
+        pieces = self._pieces(text)
+        delay = self._delay()
+        begun = time.perf_counter()
+        for index, piece in enumerate(pieces):
+            if delay:  # real time: a sync call has no clock to wait on
+                time.sleep(max(0.0, begun + (index + 1) * delay - time.perf_counter()))
+            self.chunk_times.append(self._now())
+            yield self._chunk(tool, index, piece, index == len(pieces) - 1, kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        tool, text = await self._reply(self._ask(messages, run_manager), kwargs)
+        if self.tokens_per_second:
+            chunks = len(self._pieces(text))
+            await self._sleep(chunks * self.tokens_per_chunk / self.tokens_per_second)
+        return self._whole(tool, text, kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        tool, text = self._sync_reply(self._ask(messages, run_manager), kwargs)
+        if self.tokens_per_second:
+            time.sleep(len(self._pieces(text)) * self.tokens_per_chunk / self.tokens_per_second)
+        return self._whole(tool, text, kwargs)
 
 
 def _tool_name(kwargs: dict[str, Any]) -> str | None:
-    """The name of the first tool bound to a call (``bind_tools``), if any."""
+    """The tool a call's reply calls (``bind_tools``), None when no tool is bound.
+
+    The one ``tool_choice`` names, else the first bound one.
+    """
     tools = kwargs.get("tools") or []
     if not tools:
         return None
-    return str(tools[0]["function"]["name"])
+    names = [str(t["function"]["name"]) for t in tools]
+    choice = kwargs.get("tool_choice")
+    if isinstance(choice, Mapping):
+        choice = (choice.get("function") or {}).get("name") or choice.get("name")
+    return choice if isinstance(choice, str) and choice in names else names[0]
 
 
 @dataclass
@@ -578,6 +865,7 @@ def fake_tool(
     latency: float = 0.0,
     function: Callable[..., Any] | None = None,
     hints: dict[str, bool] | None = None,
+    retry_on: RetryOn | None = None,
 ) -> BaseTool:
     """Build a langchain-core tool with canned behaviour that records its calls.
 
@@ -587,13 +875,18 @@ def fake_tool(
         description: Its description (a default one otherwise).
         args: Its arguments: ``{"name": type}`` or ``{"name": (type, default)}`` or a
             pydantic model. Without it, the tool takes no arguments.
-        error: Raise this (a message becomes a `RuntimeError`) on every call, or on the
-            first ``fail_times`` calls when ``fail_times`` > 0.
+        error: Raise this on every call, or on the first ``fail_times`` calls when
+            ``fail_times`` > 0. A message becomes a `planexec.errors.RetryableToolError`
+            (a transient failure, which the executor retries for a safe tool); an
+            exception is raised as it is, and retried only if its class says a retry
+            can help (`planexec.resilience.default_tool_retry_on`).
         fail_times: With ``error``, fail only this many times, then succeed (flaky tool).
         latency: Seconds to sleep (asynchronously) before answering.
         function: Compute the output from the keyword arguments instead.
         hints: Safety hints stored in ``tool.metadata["planexec"]``, e.g.
             ``{"read_only": True}``.
+        retry_on: Which of its failures a retry may fix (exception classes or a
+            predicate), stored as ``tool.metadata["planexec"]["retry_on"]``.
 
     The calls are recorded in ``tool.metadata["calls"]`` (a `ToolCallLog`).
     """
@@ -612,7 +905,7 @@ def fake_tool(
         if latency:
             await asyncio.sleep(latency)
         if error is not None and (fail_times == 0 or log.count <= fail_times):
-            raise error if isinstance(error, BaseException) else RuntimeError(error)
+            raise error if isinstance(error, BaseException) else RetryableToolError(error)
         if function is not None:
             result = function(**kwargs)
             if asyncio.iscoroutine(result):
@@ -630,5 +923,8 @@ def fake_tool(
         description=description or f"Fake tool {name}.",
         args_schema=schema,
     )
-    tool.metadata = {"calls": log, "planexec": dict(hints or {})}
+    meta: dict[str, Any] = dict(hints or {})
+    if retry_on is not None:
+        meta["retry_on"] = retry_on
+    tool.metadata = {"calls": log, "planexec": meta}
     return tool

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import langsmith.utils
 from langchain_core.globals import get_debug
@@ -66,6 +66,7 @@ __all__ = [
     "invoke_tool",
     "load_tools",
     "normalize_output",
+    "tool_hints",
 ]
 
 _HINT_KEYS: dict[str, str] = {
@@ -393,6 +394,51 @@ def _schemas(tool: BaseTool) -> tuple[type[BaseModel], dict[str, Any]]:
 def _tool_meta(tool: BaseTool) -> Mapping[str, Any]:
     meta = (tool.metadata or {}).get("planexec")
     return meta if isinstance(meta, Mapping) else {}
+
+
+_ToolT = TypeVar("_ToolT", bound=BaseTool)
+
+
+def tool_hints(
+    *,
+    read_only: bool | None = None,
+    idempotent: bool | None = None,
+    destructive: bool | None = None,
+) -> Callable[[_ToolT], _ToolT]:
+    """Mark a tool read-only, idempotent or destructive: a decorator, or called on a tool.
+
+    The hints go where `ToolCatalog` reads them (``tool.metadata["planexec"]``, beside
+    any server name there); hints left ``None`` keep what the tool had. They decide what
+    may be retried or re-run on resume (safe: read-only or idempotent, and not
+    destructive) and what needs approval (destructive, by default).
+
+    Example:
+        >>> from langchain_core.tools import tool
+        >>> @tool_hints(read_only=True)
+        ... @tool
+        ... def sites() -> list[str]:
+        ...     '''The sites.'''
+        ...     return ["MAIN"]
+        >>> ToolCatalog([sites]).get("sites").hints.safe
+        True
+        >>> delete = tool_hints(destructive=True)(sites.model_copy(update={"name": "wipe"}))
+        >>> ToolCatalog([delete]).get("wipe").hints.destructive
+        True
+    """
+    given = ToolHints(read_only=read_only, idempotent=idempotent, destructive=destructive)
+
+    def mark(tool: _ToolT) -> _ToolT:
+        if not isinstance(tool, BaseTool):
+            raise TypeError(
+                f"tool_hints marks langchain-core tools (put it above @tool), not {tool!r}"
+            )
+        meta = dict(_tool_meta(tool))
+        merged = ToolHints.from_mapping(meta).merged(given).to_dict()
+        meta.update({k: v for k, v in merged.items() if v is not None})
+        tool.metadata = {**(tool.metadata or {}), "planexec": meta}
+        return tool
+
+    return mark
 
 
 class ToolCatalog:

@@ -28,6 +28,7 @@ from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import (
     add_store_arguments,
+    interrupted_message,
     recorded_message,
     store_from_args,
     waiting_message,
@@ -126,7 +127,7 @@ def ask_command(args: argparse.Namespace) -> int:
     console = display_console(stderr=True)
     status = PlannerStatus(console)  # only on a terminal
     handlers: list[EventHandler] = [] if args.quiet else [Progress(console), status]
-    store = store_from_args(args)
+    store = store_from_args(args, config)
     # the tool source is recorded so that `planexec runs resume` can load the same tools
     recording = (
         StampedStore(store, {TOOL_SOURCE_KEY: tool_source(args.tools, args.mcp_config)})
@@ -149,7 +150,10 @@ def ask_command(args: argparse.Namespace) -> int:
         last = agents[0].last_run if agents else None
         if last is not None and args.json:
             print(to_json(last.to_dict(), indent=2))
-        print("planexec: interrupted", file=sys.stderr)
+        if last is not None and store is not None:
+            print(interrupted_message(args, last.run_id), file=sys.stderr)
+        else:
+            print("planexec: interrupted", file=sys.stderr)
         return 130
     finally:
         status.stop()

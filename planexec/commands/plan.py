@@ -14,9 +14,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any
 
+from planexec._log import quiet
 from planexec.commands._args import read_input
 from planexec.commands._output import to_json
 from planexec.errors import ConfigError, PlanexecError, PlanParseError
@@ -103,9 +105,13 @@ def _fail_load(args: argparse.Namespace, exc: PlanexecError) -> int:
     return _fail(args, str(exc))
 
 
-def _load(args: argparse.Namespace, catalog: CatalogLike | None = None) -> Plan:
+def _load(
+    args: argparse.Namespace, catalog: CatalogLike | None = None, *, shown: bool = False
+) -> Plan:
+    """Parse the plan file; ``shown``: the command prints the diagnostics (not logged too)."""
     text = _read(args.file)
-    return parse_plan(text, args.dialect, draft_policy=args.draft_policy, catalog=catalog)
+    with quiet() if shown else contextlib.nullcontext():
+        return parse_plan(text, args.dialect, draft_policy=args.draft_policy, catalog=catalog)
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
@@ -115,7 +121,7 @@ def _cmd_parse(args: argparse.Namespace) -> int:
             from planexec.tools import ToolCatalog, load_tools
 
             catalog = ToolCatalog(load_tools(args.tools))
-        plan = _load(args, catalog)
+        plan = _load(args, catalog, shown=True)
     except PlanexecError as exc:
         return _fail_load(args, exc)
     _print_plan(plan, as_json=args.json)
@@ -127,7 +133,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     try:
         catalog = ToolCatalog(load_tools(args.tools))
-        plan = _load(args, catalog)
+        plan = _load(args, catalog, shown=True)
     except PlanexecError as exc:
         return _fail_load(args, exc)
     plan = check_plan(plan, catalog)

@@ -25,11 +25,13 @@ run (recorded ``CANCELLED``, exit 130); a second one exits at once. Bad options
 exit 2.
 
 ``--json`` prints valid JSON (NaN and infinities as ``"NaN"``, ``"Infinity"``) as
-``{"run_id", "steps": [StepResult.to_dict() ...], "usage",
-"diagnostics"}``: each step with its ``raw_output`` and its ``resolution`` (on a failed
-step, the methods of the arguments that did resolve); ``usage.llm_calls`` names every
-purpose a plan run has (``resolve``, ``reason``) with explicit zeros, and
-``usage.wall_time`` is the execution's duration in seconds.
+``{"run_id", "status", "ok", "error", "steps": [StepResult.to_dict() ...], "usage",
+"diagnostics"}``: ``status`` is the run's `RunStatus` value, the one the run store
+records and MCP's ``execute_plan`` reports (``ok``: it is ``SUCCEEDED``; ``error``: why
+not); each step with its ``raw_output`` and its ``resolution`` (on a failed step, the
+methods of the arguments that did resolve); ``usage`` is `Usage.to_dict`, as the
+library's (``llm_calls`` holds only the purposes called), and ``usage.wall_time`` is
+the execution's duration in seconds.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from planexec._log import quiet
 from planexec.commands._args import positive_float, positive_int, read_input
 from planexec.commands._display import STEP_STYLES, to_json
 from planexec.commands._display import console as display_console
@@ -48,18 +51,19 @@ from planexec.commands._interrupt import run_interruptible
 from planexec.commands._tools import add_tool_arguments, open_tools
 from planexec.commands.runs import (
     add_store_arguments,
+    interrupted_message,
     recorded_message,
     store_from_args,
     waiting_message,
 )
 from planexec.config import AgentConfig, load_config
 from planexec.errors import PlanParseError
-from planexec.events import EventBus
+from planexec.events import EventBus, RunFinished
 from planexec.models import load_model
 from planexec.parsing import DIALECTS, check_plan, parse_plan
 from planexec.plan import Plan, Severity
 from planexec.planner import cut_off
-from planexec.results import StepResult, StepStatus, Usage, new_run_id
+from planexec.results import RunStatus, StepResult, StepStatus, Usage, new_run_id
 from planexec.runs import (
     TOOL_SOURCE_KEY,
     execute_recorded,
@@ -120,17 +124,6 @@ def _read_plan(path: str) -> str:
     return read_input(path, "plan file")
 
 
-RUN_PURPOSES = ("resolve", "reason")
-"""The model-call purposes a plan run can have; ``--json`` reports each, zeros included."""
-
-
-def _usage_dict(usage: Usage) -> dict[str, Any]:
-    """The usage as JSON data, with an explicit 0 for each of `RUN_PURPOSES` not used."""
-    data = usage.to_dict()
-    data["llm_calls"] = {**dict.fromkeys(RUN_PURPOSES, 0), **data["llm_calls"]}
-    return data
-
-
 WAITING_EXIT = 3
 """The exit code of a run paused ``WAITING_APPROVAL`` (neither a success nor a failure)."""
 
@@ -168,7 +161,8 @@ def run_command(args: argparse.Namespace) -> int:
     """Handle ``planexec run``; returns the exit code."""
     text = _read_plan(args.plan)
     try:
-        parsed = parse_plan(text, args.dialect)
+        with quiet():  # its diagnostics are shown with the results (table or JSON), once
+            parsed = parse_plan(text, args.dialect)
     except PlanParseError as exc:
         if args.json:
             print(to_json({"steps": [], "error": str(exc), "diagnostics": []}))
@@ -183,9 +177,16 @@ def run_command(args: argparse.Namespace) -> int:
     usage = Usage()
     bus = EventBus()
     run_id = new_run_id()
-    store = store_from_args(args)
+    store = store_from_args(args, config)
     if store is not None:
         store.attach(bus)
+    finished: list[RunFinished] = []  # the run's status, as the store and MCP report it
+
+    def on_finished(event: object) -> None:
+        if isinstance(event, RunFinished):
+            finished.append(event)
+
+    bus.subscribe(on_finished)
     # recorded so that `planexec runs resume` runs it again with the same settings and tools
     recorded = {
         **config.model_dump(mode="json"),
@@ -196,12 +197,15 @@ def run_command(args: argparse.Namespace) -> int:
         async with open_tools(args) as tools:
             catalog = ToolCatalog(tools)
             # read again with the tools: a JSON plan's tool is the field naming one of them
-            plan = check_plan(parse_plan(text, args.dialect, catalog=catalog), catalog)
+            with quiet():  # shown with the results (table or JSON), once
+                plan = check_plan(parse_plan(text, args.dialect, catalog=catalog), catalog)
             # the same client (timeout, retries, breaker), limits and runner as the library
             runtime = Runtime(model, catalog, config)
             # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
             trace = await runtime.start_trace(None, run_id=run_id, question="")
-            executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
+            executor = runtime.open_run(
+                run_id=run_id, usage=usage, bus=bus, trace=trace, store=store
+            ).executor
             results = await execute_recorded(
                 executor, plan, text, bus=bus, store=store, config=recorded
             )
@@ -212,6 +216,11 @@ def run_command(args: argparse.Namespace) -> int:
         plan, results = run_interruptible(execute())
         if store is not None:
             cancelled = store.cancel_request(run_id)
+    except KeyboardInterrupt:
+        if store is None:
+            raise
+        print(interrupted_message(args, run_id), file=sys.stderr)
+        return 130
     finally:
         if store is not None:
             store.close()
@@ -222,8 +231,11 @@ def run_command(args: argparse.Namespace) -> int:
             to_json(
                 {
                     "run_id": run_id,
+                    "status": finished[-1].status if finished else None,
+                    "ok": bool(finished) and finished[-1].status == str(RunStatus.SUCCEEDED),
+                    "error": finished[-1].error if finished else None,
                     "steps": [r.to_dict() for r in results],
-                    "usage": _usage_dict(usage),
+                    "usage": usage.to_dict(),
                     "diagnostics": [d.to_dict() for d in plan.diagnostics],
                 },
                 indent=2,

@@ -1,7 +1,8 @@
 """``planexec runs``: the run history — list, show, resume, export, timeline.
 
 - ``planexec runs list [--status S] [--limit N]``: newest first; ``--status failed`` is
-  the dead-letter view, with each run's reason.
+  the dead-letter view, with each run's reason: the kind and message of one failure, its
+  first failed step (`first_failed_step`; ``--json``: ``first_failure``).
 - ``planexec runs show RUN_ID [--json]``: plans (with diagnostics), steps (status,
   resolution methods, the values the LLM fallback chose, attempts, errors, timings) and
   calls left without a result.
@@ -12,9 +13,11 @@
   reject RUN_ID STEP --reason TEXT [--by NAME]``: record a decision about a step of a
   run paused ``WAITING_APPROVAL`` (docs/approval.md); ``runs resume`` then continues it.
 - ``planexec runs export RUN_ID``: everything recorded, as one JSON document.
-- ``planexec runs timeline RUN_ID --out FILE.html|FILE.png``: one bar per step on a
-  time axis, coloured by status; a reused step is a thin ``REUSED`` marker where it was
-  reused (not a second full bar), and each planner call is a ``PLANNER`` bar.
+- ``planexec runs timeline RUN_ID --out FILE.html|FILE.svg|FILE.png``: one bar per
+  result a step recorded (every attempt and every pause, before and after a resume) on a
+  time axis, coloured by status, a failed bar with its error beside it; a reused step is
+  a thin ``REUSED`` marker where it was reused (not a second full bar), and each planner
+  call is a ``PLANNER`` bar.
 
 Every subcommand takes ``--store PATH`` (default ``$PLANEXEC_STORE``, else a file in
 the user data directory). `add_store_arguments` and `store_from_args` give ``run`` and
@@ -32,7 +35,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from planexec._log import run_log
 from planexec._text import snippet
@@ -50,19 +53,29 @@ from planexec.runs import (
 from planexec.store import ENV_VAR, RunStore, default_store_path, open_store
 from planexec.store.base import RunRecord
 
+if TYPE_CHECKING:
+    from planexec.config import AgentConfig
+
 __all__ = [
     "TimelineBar",
     "add_store_arguments",
+    "failure_reason",
+    "first_failed_step",
+    "interrupted_message",
     "recorded_message",
     "register",
+    "resume_command",
     "render_timeline_html",
     "decide_recorded",
     "recorded_schema",
     "render_timeline_png",
+    "render_timeline_svg",
     "resume_recorded",
     "show_data",
     "store_from_args",
+    "store_location",
     "timeline_bars",
+    "waiting_message",
 ]
 
 STATUS_COLORS = {
@@ -89,13 +102,14 @@ step that needed approval)."""
 
 
 def add_store_arguments(parser: argparse.ArgumentParser, *, allow_disable: bool = True) -> None:
-    """Add ``--store PATH`` (and, unless told not to, ``--no-store``) to a parser."""
+    """Add ``--store PATH|URL`` (and, unless told not to, ``--no-store``) to a parser."""
     parser.add_argument(
         "--store",
-        metavar="PATH",
+        metavar="PATH|URL",
         default=None,
         help=f"the run store file (default: ${ENV_VAR}, else {default_store_path()}; "
-        "':memory:' keeps runs in memory only)",
+        "':memory:' keeps runs in memory only; a postgresql:// URL records in a "
+        "PostgreSQL database shared by several hosts)",
     )
     if allow_disable:
         parser.add_argument(
@@ -103,15 +117,28 @@ def add_store_arguments(parser: argparse.ArgumentParser, *, allow_disable: bool 
         )
 
 
-def store_from_args(args: argparse.Namespace) -> RunStore | None:
+def store_from_args(
+    args: argparse.Namespace, config: AgentConfig | None = None
+) -> RunStore | None:
     """Open the store chosen by `add_store_arguments` options (None with ``--no-store``).
+
+    ``--store``, else the config's ``store.url``, else ``$PLANEXEC_STORE``, else the
+    default file.
 
     Raises:
         StoreError: the store cannot be opened.
     """
     if getattr(args, "no_store", False):
         return None
-    return open_store(getattr(args, "store", None))
+    return open_store(store_location(args, config))
+
+
+def store_location(args: argparse.Namespace, config: AgentConfig | None = None) -> str | None:
+    """``--store``, else the config's ``store.url`` (None: `open_store`'s default)."""
+    given: str | None = getattr(args, "store", None)
+    if given is None and config is not None:
+        given = config.store.url
+    return given
 
 
 def recorded_message(args: argparse.Namespace, run_id: str) -> str:
@@ -203,7 +230,8 @@ def register(subparsers: Any) -> None:
     tl = sub.add_parser("timeline", help="draw a run's steps on a time axis")
     tl.add_argument("run_id", metavar="RUN_ID")
     tl.add_argument(
-        "--out", required=True, metavar="FILE", help="FILE.html (self-contained SVG) or FILE.png"
+        "--out", required=True, metavar="FILE",
+        help="FILE.html (a page with the SVG inline), FILE.svg or FILE.png"
     )
     add_store_arguments(tl, allow_disable=False)
     tl.set_defaults(func=cmd_timeline)
@@ -303,10 +331,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     try:
         records = store.list_runs(status=args.status, limit=args.limit)
+        reasons = {r.run_id: failure_reason(store, r) for r in records if r.error}
+        first = {r.run_id: first_failed_step(store, r) for r in records if r.error}
     finally:
         store.close()
     if args.json:
-        print(to_json([r.to_dict() for r in records], indent=2))
+        out = []
+        for r in records:
+            failed = first.get(r.run_id)
+            out.append({**r.to_dict(), "first_failure": None if failed is None else {
+                "step_id": failed.step_id, "error_kind": failed.error_kind,
+                "error": failed.error}})
+        print(to_json(out, indent=2))
         return 0
     if not records:
         what = f" with status {args.status}" if args.status else ""
@@ -322,13 +358,43 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{_seconds(_duration(r)):>8} {_steps_cell(r):>6}  "
         )
         if dead_letter:
-            reason = f"[{r.error_kind}] {r.error}" if r.error_kind and r.error else r.error
+            reason = reasons.get(r.run_id)
             line += f"{snippet(r.question, 32):<32} {snippet(reason or '', 100)}"
         else:
             line += snippet(r.question, 60)
         print(line.rstrip())
     _print_waiting(args, records)
     return 0
+
+
+def first_failed_step(store: RunStore, record: RunRecord) -> StepResult | None:
+    """The run's first failure, or None.
+
+    The latest plan's first step recorded FAILED, BLOCKED or CANCELLED (by when it was
+    recorded).
+    """
+    bad = (StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED)
+    steps = store.step_results(record.run_id, record.plan_version)
+    failed = sorted(
+        (s for s in steps if s.result.status in bad),
+        key=lambda s: (s.recorded_at is None, s.recorded_at or 0.0, s.result.step_id),
+    )
+    return failed[0].result if failed else None
+
+
+def failure_reason(store: RunStore, record: RunRecord) -> str | None:
+    """Why a run did not succeed: the kind and the message of one failure.
+
+    Those of `first_failed_step` (its message names the step), as ``[KIND] message``;
+    a run with no failed step (no plan, a limit) gives its own ``[KIND] error``.
+    """
+    if record.error is None:
+        return None
+    r = first_failed_step(store, record)
+    if r is not None:
+        kind = f"[{r.error_kind}] " if r.error_kind else ""
+        return f"{kind}{r.error or f'step {r.step_id} {r.status.value}'}"
+    return f"[{record.error_kind}] {record.error}" if record.error_kind else record.error
 
 
 def _print_waiting(args: argparse.Namespace, records: list[RunRecord]) -> None:
@@ -342,18 +408,55 @@ def _print_waiting(args: argparse.Namespace, records: list[RunRecord]) -> None:
     try:
         for r in paused:
             waiting = waiting_steps(store, r.run_id)
-            print(waiting_message(args, r.run_id, [w.step_id for w in waiting]))
+            print(waiting_message(args, r.run_id, [w.step_id for w in waiting], r))
     finally:
         store.close()
 
 
-def waiting_message(args: argparse.Namespace, run_id: str, steps: list[int]) -> str:
+def resume_command(
+    args: argparse.Namespace, run_id: str, record: RunRecord | None = None
+) -> str:
+    """The exact ``planexec runs resume`` command that continues a run, every flag it needs.
+
+    ``--store`` and ``--model`` as the command was given them (a model is not recorded:
+    re-planning, the fallback and the answer need it again). The tools come from the
+    run's record when it names them (what ``run``, ``ask`` and ``serve`` record, with the
+    folder the module was imported from); a run that does not (a library run: pass its
+    ``record``) needs ``--tools MODULE:ATTR`` (its own, written as a placeholder here).
+    """
+    parts = ["planexec", "runs", "resume", run_id]
+    if record is not None and not recorded_tool_source(record.config):
+        parts.append("--tools MODULE:ATTR")
+    if getattr(args, "model", None):
+        parts += ["--model", shlex.quote(str(args.model))]
+    if getattr(args, "store", None):
+        parts += ["--store", shlex.quote(str(args.store))]
+    return " ".join(parts)
+
+
+def interrupted_message(args: argparse.Namespace, run_id: str) -> str:
+    """What Ctrl-C leaves: the run recorded ``CANCELLED`` (final: it does not resume).
+
+    The command shown is the one that shows what it did (``--store`` as given).
+    """
+    where = f" --store {shlex.quote(str(args.store))}" if getattr(args, "store", None) else ""
+    return (
+        f"planexec: interrupted: run {run_id} is recorded CANCELLED (a cancelled run does "
+        f"not resume; what it did: planexec runs show {run_id}{where})"
+    )
+
+
+def waiting_message(
+    args: argparse.Namespace, run_id: str, steps: list[int], record: RunRecord | None = None
+) -> str:
     """The lines that tell which steps of a run wait for approval and how to decide.
 
     Args:
         args: the parsed options of `add_store_arguments` (``--store`` is repeated).
         run_id: the run.
         steps: the waiting steps.
+        record: the run's record, when the command did not start the run itself (see
+            `resume_command`).
     """
     where = f" --store {shlex.quote(args.store)}" if getattr(args, "store", None) else ""
     which = ", ".join(str(s) for s in steps) or "-"
@@ -362,7 +465,7 @@ def waiting_message(args: argparse.Namespace, run_id: str, steps: list[int]) -> 
         f"run {run_id} waits for approval of step(s) {which}: "
         f"planexec runs approve {run_id} {first}{where} [--args JSON] | "
         f"planexec runs reject {run_id} {first} --reason TEXT{where}; "
-        f"then planexec runs resume {run_id}{where}"
+        f"then {resume_command(args, run_id, record)}"
     )
 
 
@@ -432,21 +535,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     try:
         data = show_data(store, args.run_id)
+        reason = failure_reason(store, store.get_run(args.run_id))
     finally:
         store.close()
     if args.json:
         print(to_json(data, indent=2))
         return 0
     run = data["run"]
-    kind = f" [{run['error_kind']}]" if run.get("error_kind") else ""
-    print(f"run {run['run_id']}  {run['status']}{kind}")
+    print(f"run {run['run_id']}  {run['status']}")
     print(f"question: {run['question'] or '-'}")
     print(
         f"started {_when(run['created_at'])} UTC, "
         + (f"finished {_when(run['finished_at'])} UTC" if run["finished_at"] else "not finished")
     )
-    if run.get("error"):
-        print(f"reason: {run['error']}")
+    if reason:
+        print(f"reason: {reason}")
     if run.get("answer"):
         print(f"answer: {run['answer']}")
     for p in data["plans"]:
@@ -587,7 +690,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 "recorded process still seems to be running; if it is, both will run its "
                 "steps", file=sys.stderr,
             )
-        code, run = run_interruptible(_resume(args, store, source))
+        try:
+            code, run = run_interruptible(_resume(args, store, source))
+        except KeyboardInterrupt:
+            print(interrupted_message(args, args.run_id), file=sys.stderr)
+            return 130
     finally:
         store.close()
     if run is None:
@@ -679,14 +786,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
         if edits:  # the edit is checked against the tool's schema: the run's tools
             _resume_tool_options(args, store.get_run(args.run_id))
         recorded = run_interruptible(_decide(args, store, decision, with_tools=bool(edits)))[1]
+        record = store.get_run(args.run_id)
     finally:
         store.close()
     if recorded is None:
         return 1
     print(
         f"run {args.run_id} step {args.step}: {recorded.action} by {who}, args "
-        f"{to_json(recorded.args, ensure_ascii=False)}; continue with: planexec runs resume "
-        f"{args.run_id}" + (f" --store {shlex.quote(args.store)}" if args.store else "")
+        f"{to_json(recorded.args, ensure_ascii=False)}; continue with: "
+        + resume_command(args, args.run_id, record)
     )
     return 0
 
@@ -734,14 +842,14 @@ def cmd_reject(args: argparse.Namespace) -> int:
         if decision is None:
             raise ConfigError("--reason must say why (the planner is told it)")
         recorded = run_interruptible(_decide(args, store, decision, with_tools=False))[1]
+        record = store.get_run(args.run_id)
     finally:
         store.close()
     if recorded is None:
         return 1
     print(
         f"run {args.run_id} step {args.step}: rejected by {who}: {args.reason}; continue "
-        f"with: planexec runs resume {args.run_id}"
-        + (f" --store {shlex.quote(args.store)}" if args.store else "")
+        f"with: {resume_command(args, args.run_id, record)}"
     )
     return 0
 
@@ -866,50 +974,91 @@ def _provenance(result: StepResult) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(lines), tuple(filled)
 
 
+def _every_result(store: RunStore, run_id: str) -> list[tuple[int, StepResult, float | None]]:
+    """Every step result the run recorded, in order: ``(plan version, result, when)``.
+
+    Each ``StepFinished`` event is one: a step re-resolved, retried by the agent, paused
+    for approval and run again after a resume has a result for each time. A store whose
+    events hold no results gives the latest result of each step instead.
+    """
+    from planexec.store.codec import result_from_json
+
+    found = [
+        (int(e.get("plan_version") or 1), result_from_json(e["result"]), e.get("ts"))
+        for e in store.events(run_id)
+        if e.get("type") == "StepFinished" and isinstance(e.get("result"), dict)
+    ]
+    if found:
+        return found
+    return [(s.plan_version, s.result, s.recorded_at) for s in store.step_results(run_id)]
+
+
 def timeline_bars(store: RunStore, run_id: str) -> tuple[RunRecord, list[TimelineBar]]:
     """Return a run's record and its bars, in start order.
 
-    One bar per step (the latest result of each plan version); a step whose earlier
-    result was reused (`StepResult.reused`) is a ``REUSED`` bar of no length at the time it
-    was reused, since it did not run again; one ``PLANNER`` bar per call of the
-    planner's model (`planexec.events.LLMCalled` with purpose ``plan``), labelled
-    ``planner stream`` when its reply streamed into the executor, with the steps that
-    started under it labelled ``(streamed)``.
+    One bar per result a step recorded (`_every_result`: every attempt and every pause,
+    before and after a resume; a step with several is labelled ``(1)``, ``(2)``...); a
+    pause for approval lasts until the decision was recorded; a failed bar carries its
+    error. A step whose earlier result was reused (`StepResult.reused`) is a ``REUSED``
+    bar of no length at the time it was reused, since it did not run again; one
+    ``PLANNER`` bar per call of the planner's model (`planexec.events.LLMCalled` with
+    purpose ``plan``), labelled ``planner stream`` when its reply streamed into the
+    executor, with the steps that started under it labelled ``(streamed)``.
 
     Raises:
         RunNotFoundError: no such run.
     """
     record = store.get_run(run_id)
-    steps = store.step_results(run_id)
+    results = _every_result(store, run_id)
     calls = store.started_calls_without_result(run_id)
-    starts = [s.result.started_at for s in steps if s.result.started_at is not None]
+    starts = [r.started_at for _, r, _ in results if r.started_at is not None]
     starts += [c.ts for c in calls]
     t0 = record.created_at if record.created_at is not None else min(starts, default=0.0)
     end = record.finished_at or record.updated_at or t0
+    decided = {
+        (int(e.get("plan_version") or 1), e.get("step_id")): float(e.get("decided_at")
+                                                                    or e.get("ts") or end)
+        for e in store.events(run_id)
+        if e.get("type") == "ApprovalDecided"
+    }
+    runs_of: dict[tuple[int, int], int] = {}
+    for version, r, _ in results:
+        if not r.reused:
+            runs_of[(version, r.step_id)] = runs_of.get((version, r.step_id), 0) + 1
+    seen: dict[tuple[int, int], int] = {}
     bars: list[TimelineBar] = []
-    for s in steps:
-        r = s.result
+    for version, r, when in results:
+        name = f"v{version} #{r.step_id} {r.tool or '(reasoning)'}"
         if r.reused:
             bars.append(
                 TimelineBar(
-                    label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'} (reused)",
-                    start=max(0.0, (s.recorded_at or t0) - t0),
+                    label=f"{name} (reused)",
+                    start=max(0.0, (when or t0) - t0),
                     duration=0.0,
                     status="REUSED",
                     detail=f"{r.status}, reused: not run again in this plan version",
                 )
             )
             continue
-        start = (r.started_at if r.started_at is not None else s.recorded_at or t0) - t0
+        key = (version, r.step_id)
+        seen[key] = seen.get(key, 0) + 1
+        nth = f" ({seen[key]})" if runs_of[key] > 1 else ""
+        start = (r.started_at if r.started_at is not None else when or t0) - t0
+        duration = max(0.0, r.duration or 0.0)
+        detail = r.error or r.note or ""
+        if r.status is StepStatus.WAITING_APPROVAL:  # the pause lasts until the decision
+            until = decided.get(key, end)
+            duration = max(duration, until - t0 - start)
+            detail = detail or "waiting for approval"
         provenance, filled = _provenance(r)
         streamed = " (streamed)" if r.streamed else ""  # started under the planner's stream
         bars.append(
             TimelineBar(
-                label=f"v{s.plan_version} #{r.step_id} {r.tool or '(reasoning)'}{streamed}",
+                label=f"{name}{nth}{streamed}",
                 start=max(0.0, start),
-                duration=max(0.0, r.duration or 0.0),
+                duration=duration,
                 status=str(r.status),
-                detail=r.error or r.note or "",
+                detail=detail,
                 provenance=provenance,
                 filled=filled,
             )
@@ -977,8 +1126,31 @@ def _tick_step(span: float) -> float:
     return 3600.0
 
 
+_FAILED_BARS = frozenset({"FAILED", "BLOCKED", "CANCELLED", "REJECTED"})
+"""Bars drawn with their error text beside them."""
+
+
+def _bar_note(bar: TimelineBar) -> str:
+    """The text written beside a bar: a failure's error, else the arguments filled."""
+    if bar.status in _FAILED_BARS and bar.detail:
+        return snippet(bar.detail, 90)
+    return "; ".join(bar.filled)
+
+
 def render_timeline_html(record: RunRecord, bars: list[TimelineBar]) -> str:
     """Render the timeline as one self-contained HTML page with inline SVG (no scripts)."""
+    title = f"planexec run {html.escape(record.run_id)}"
+    question = html.escape(record.question or "")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{title}</title></head>\n<body style=\"font-family: sans-serif\">\n"
+        f"<h1>{title}</h1>\n<p>{question}</p>\n" + render_timeline_svg(record, bars)
+        + "\n</body></html>\n"
+    )
+
+
+def render_timeline_svg(record: RunRecord, bars: list[TimelineBar]) -> str:
+    """Render the timeline as one standalone SVG document (what the HTML page holds)."""
     row, left, right, top = 26, 230, 30, 50
     width = 1000
     span = max([b.start + b.duration for b in bars] + [1e-3])
@@ -1022,6 +1194,12 @@ def render_timeline_html(record: RunRecord, bars: list[TimelineBar]) -> str:
             f'width="{w:.1f}" height="{row - 8}" fill="{color}"{dash}>'
             f"<title>{html.escape(tip)}</title></rect>"
         )
+        note = _bar_note(b)
+        if note:  # an error (or the filled arguments) readable without hovering
+            parts.append(
+                f'<text class="note" x="{min(x(b.start) + w + 4, width - 200):.1f}" '
+                f'y="{y + row / 2 + 4:.1f}" font-size="10">{html.escape(note)}</text>'
+            )
     legend_x = left
     for status in sorted({b.status for b in bars}):
         parts.append(f'<rect x="{legend_x}" y="{height - 18}" width="12" height="12" '
@@ -1029,13 +1207,7 @@ def render_timeline_html(record: RunRecord, bars: list[TimelineBar]) -> str:
         parts.append(f'<text x="{legend_x + 16}" y="{height - 8}">{status}</text>')
         legend_x += 110
     parts.append("</svg>")
-    title = f"planexec run {html.escape(record.run_id)}"
-    question = html.escape(record.question or "")
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{title}</title></head>\n<body style=\"font-family: sans-serif\">\n"
-        f"<h1>{title}</h1>\n<p>{question}</p>\n" + "\n".join(parts) + "\n</body></html>\n"
-    )
+    return "\n".join(parts)
 
 
 def render_timeline_png(record: RunRecord, bars: list[TimelineBar], out: Path) -> None:
@@ -1063,10 +1235,11 @@ def render_timeline_png(record: RunRecord, bars: list[TimelineBar], out: Path) -
             color=STATUS_COLORS.get(b.status, "#424242"),
             hatch="//" if b.status == "IN_FLIGHT" else None,
         )
-        if b.filled:  # the arguments the filter tier or a model filled, and their grounding
-            ax.text(b.start + max(b.duration, span * 0.006), i, "  " + "; ".join(b.filled),
+        note = _bar_note(b)  # a failure's error, else the arguments filled and their grounding
+        if note:
+            ax.text(b.start + max(b.duration, span * 0.006), i, "  " + note,
                     va="center", fontsize="x-small", clip_on=True)
-    ax.set_xlim(0, span * (1.6 if any(b.filled for b in bars) else 1.02))
+    ax.set_xlim(0, span * (1.6 if any(_bar_note(b) for b in bars) else 1.02))
     ax.set_yticks(range(len(bars)), [b.label for b in bars])
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the start of the run")
@@ -1082,8 +1255,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     """Handle ``planexec runs timeline``."""
     out = Path(args.out)
     suffix = out.suffix.lower()
-    if suffix not in (".html", ".htm", ".png"):
-        raise ConfigError(f"--out must end in .html or .png, not {out.name!r}")
+    if suffix not in (".html", ".htm", ".svg", ".png"):
+        raise ConfigError(f"--out must end in .html, .svg or .png, not {out.name!r}")
     store = open_store(args.store)
     try:
         record, bars = timeline_bars(store, args.run_id)
@@ -1093,6 +1266,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         raise RunError(f"run {args.run_id} has no step to draw")
     if suffix == ".png":
         render_timeline_png(record, bars, out)
+    elif suffix == ".svg":
+        out.write_text(render_timeline_svg(record, bars) + "\n", encoding="utf-8")
     else:
         out.write_text(render_timeline_html(record, bars), encoding="utf-8")
     print(f"wrote {out} ({len(bars)} step(s))")

@@ -98,7 +98,11 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--expose-tools", action="store_true", help="also expose the underlying tools themselves"
     )
-    p.add_argument("--store", metavar="PATH", help="run store (default: the user's run store)")
+    p.add_argument(
+        "--store", metavar="PATH|URL",
+        help="run store: a file, or a postgresql:// URL shared by several replicas "
+        "(default: the user's run store)",
+    )
     p.add_argument(
         "--all-runs",
         action="store_true",
@@ -157,7 +161,7 @@ def handle(args: argparse.Namespace) -> int:
         from planexec.models import load_model
 
         model = load_model(args.model)
-    store = open_store(args.store)
+    store = open_store(args.store or (config.store.url if config is not None else None))
 
     source = tool_source(args.tools, args.mcp_config)
 

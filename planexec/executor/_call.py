@@ -11,10 +11,15 @@ an MCP server's tool through its `planexec.tools.ToolSpec`). Nothing else calls
 2. the approval gate (`approve`), when the step needs a person's decision;
 3. the ``guard`` hook (``LIMIT_EXCEEDED``);
 4. no NaN or infinity in an argument (`check_finite`, ``ARGS_INVALID``);
-5. then the attempts (`attempts`): per attempt the tool's circuit breaker, the call
-   start recorded (`planexec.events.ToolCallStarted`, which a run store commits for a
-   call that is not safe), **the gate hook** (see `attempt`), the runner's call bounded
-   by its timeout, the output checked; retried with backoff only when the tool is safe.
+5. then the attempts (`attempts`): per attempt the tool's circuit breaker, **the gate**
+   (an approved call claims its decision — run, plan version, step, tool, argument
+   digest, once, under the run's lease — in the store transaction that records the call
+   start, `planexec.events.ToolCallStarted`, which a run store commits for a call that
+   is not safe; see `attempt`), the runner's call bounded by its timeout, the output
+   checked; retried with backoff only when the tool is safe.
+
+The approval decision (2) is checked again after approval: edited arguments pass the
+invariant (1), in the plan's dialect, and the tool's whole schema before the call.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from contextvars import Context, copy_context
 from types import CoroutineType, MappingProxyType
 from typing import Any
 
+from pydantic import ValidationError
+
 from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._text import as_text, cut
 from planexec.approval import ApprovalAction
-from planexec.errors import CircuitOpenError, ErrorKind
+from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind
 from planexec.events import ToolCallStarted
 from planexec.executor._protocols import LocalToolRunner
 from planexec.executor._state import (
@@ -47,7 +54,7 @@ from planexec.executor._state import (
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Ref, Step, Template
-from planexec.resilience import RetryPolicy, retry_async
+from planexec.resilience import RetryPolicy, classify_tool_failure, retry_async
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
 from planexec.tools import (
     ToolOutputError,
@@ -256,7 +263,7 @@ async def approve(
     assert run.approvals is not None
     ctx.phase = "approval"
     decision = await run.approvals.review(
-        step, spec, args, ctx.resolution, plan_version=run.plan_version
+        step, spec, args, ctx.resolution, plan_version=run.plan_version, dialect=run.dialect
     )
     ctx.phase = "calling"
     if decision is None:
@@ -278,17 +285,32 @@ async def approve(
         raise StepFailed(
             StepStatus.WAITING_APPROVAL, None, note, error=None, note=note, args=args
         )
+    final = dict(decision.args)
+    if final != args:  # edits merged: checked here, after approval, as the plan's own
+        check_invariant(run, step, final, spec)
+        try:
+            spec.validate(final)
+        except ValidationError as exc:
+            message = (f"step {ctx.step.id}: the approved arguments of tool {spec.name!r} "
+                       f"do not fit its schema: {exc}; the tool was not called")
+            raise StepFailed(StepStatus.FAILED, ErrorKind.ARGS_INVALID, message,
+                             args=final) from exc
     for name in decision.edited or {}:
         ctx.resolution[name] = ResolutionMethod.EDITED
     ctx.note = join_note(ctx.note, f"approved{who}")
-    return dict(decision.args)
+    ctx.approved = True
+    return final
 
 
-def check_finite(ctx: StepContext, args: Mapping[Any, Any]) -> None:
+def check_finite(
+    ctx: StepContext, args: Mapping[Any, Any], *, plan_literals: bool = False
+) -> None:
     """Refuse NaN and infinite numbers in arguments (``ARGS_INVALID``).
 
     Checked on the plan's literals before resolution (so that no coercion turns them
-    into something else) and on the resolved arguments before the call.
+    into something else; ``plan_literals``: the failure names them in ``literal_args``,
+    so that recovery re-plans instead of re-resolving a value no re-resolution changes)
+    and on the resolved arguments before the call.
     """
     if non_finite(args) is None:  # the common case: one walk, nothing to word
         return
@@ -302,7 +324,7 @@ def check_finite(ctx: StepContext, args: Mapping[Any, Any]) -> None:
             f"number (JSON has no such value; a plan literal like 1e999 overflows to it); "
             f"the tool was not called"
         )
-        literal = ctx.resolution.get(name) is ResolutionMethod.LITERAL
+        literal = plan_literals or ctx.resolution.get(name) is ResolutionMethod.LITERAL
         raise StepFailed(
             StepStatus.FAILED,
             ErrorKind.ARGS_INVALID,
@@ -386,25 +408,36 @@ async def attempt(
     if not safe:
         ctx.unsafe_call = True
     bus = run.bus
-    if bus.listening:
-        rest = bus.deliver(
-            ToolCallStarted.of(
-                run_id=run.run_id,
-                step_id=step.id,
-                tool=spec.name,
-                args=args,
-                attempt=ctx.attempts,
-                plan_version=run.plan_version,
-                safe=safe,
-            )
+    # ================================================================ THE GATE
+    # An approved call happens only by claiming its decision — for this run, plan
+    # version, step, tool and argument digest, once, under the run's lease — in the
+    # same store transaction that records the call's start (`Approvals.claim`). A
+    # refused claim: the tool is not called, the step waits for a decision. (Later
+    # attempts of a safe tool are retries of the one claimed call.)
+    claim = ctx.approved and ctx.attempts == 1 and run.approvals is not None
+    if bus.listening or claim:
+        start = ToolCallStarted.of(
+            run_id=run.run_id,
+            step_id=step.id,
+            tool=spec.name,
+            args=args,
+            attempt=ctx.attempts,
+            plan_version=run.plan_version,
+            safe=safe,
         )
+        if claim:
+            assert run.approvals is not None
+            try:
+                run.approvals.claim(step.id, run.plan_version, spec.name, args, start)
+            except DecisionClaimError as exc:
+                breaker.release()
+                ctx.attempts -= 1
+                run.usage.tool_calls -= 1
+                raise StepFailed(StepStatus.WAITING_APPROVAL, None, str(exc), error=None,
+                                 note=f"waiting for approval: {exc}", args=args) from exc
+        rest = bus.deliver(start) if bus.listening else None
         if rest is not None:  # e.g. the run store commits an unsafe call's start
             await rest
-    # ================================================================ GATE HOOK
-    # The last point before the tool is invoked, on every attempt: the place for the
-    # call gate (claim the approval decision for this run, plan version, step, tool and
-    # argument digest in the same store transaction as the call start; re-check the
-    # arguments against the tool's whole schema; hold the run's lease).
     # ================================================================
     try:
         call = _tool_call(run, ctx, spec, args, timeout)
@@ -420,13 +453,16 @@ async def attempt(
             ErrorKind.TOOL_TIMEOUT,
             f"step {step.id}: tool {spec.name!r} timed out after {timeout}s "
             f"(args {short(args)}); {exc}",
+            retry=classify_tool_failure(exc, spec.tool).retry,
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - any tool failure is TOOL_ERROR
+    except Exception as exc:  # noqa: BLE001 - any tool failure is a typed result
         breaker.record_failure()
+        failure = classify_tool_failure(exc, spec.tool)  # kind and retry, by class
         raise AttemptFailed(
-            ErrorKind.TOOL_ERROR,
+            failure.kind,
             f"step {step.id}: tool {spec.name!r} raised {type(exc).__name__}: "
             f"{cut(str(exc), 500)} (args {short(args)})",
+            retry=failure.retry,
             cause=f"{type(exc).__name__}: {cut(str(exc), 500)}",
         ) from exc
     breaker.record_success()

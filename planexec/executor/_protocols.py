@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the executor knows no model code: langchain's config via tr
     from pydantic import BaseModel
 
     from planexec.approval import ApprovalDecision
+    from planexec.events import ToolCallStarted
     from planexec.plan import Step
     from planexec.results import ResolutionMethod, StepError, StepResult
     from planexec.selection import SelectionFailure, ToolChoice
@@ -99,6 +100,23 @@ class Approvals(Protocol):
         resolution: Mapping[str, ResolutionMethod],
         *,
         plan_version: int,
+        dialect: str | None = None,
     ) -> ApprovalDecision | None:
-        """None: no approval needed; else the decision (approve/edit carry the args)."""
+        """None: no approval needed; else the decision (approve/edit carry the args).
+
+        ``dialect``: the plan's, for the check of edited arguments.
+        """
+        ...
+
+    def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
+              start: ToolCallStarted | None) -> None:
+        """Claim the decision for this exact call and record its start, at once.
+
+        Raises:
+            DecisionClaimError: no decision allows the call (it must not happen).
+        """
+        ...
+
+    async def withdraw(self, step_id: int, plan_version: int, reason: str) -> None:
+        """Withdraw the step's request (its streamed draft was withdrawn)."""
         ...

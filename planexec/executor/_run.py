@@ -389,6 +389,8 @@ class ExecutorRun(RunState):
         step = sched.steps.get(sid)
         if step is None:
             return
+        if self.approvals is not None:  # a withdrawn step's request allows nothing
+            await self.approvals.withdraw(sid, self.plan_version, reason)
         for other in sched.started_users(sid):
             await self._discard(sched, other, f"it used the result of step {sid}, withdrawn")
             sched.wait(sched.steps[other], early=sched.complete or may_start_early(self.catalog, 

@@ -123,6 +123,8 @@ class StepContext:
     plain JSON data), checked no more."""
     warnings: list[str] | None = None
     """What JSON could not keep of the last attempt's output (`check_output`)."""
+    approved: bool = False
+    """Whether the call needs its approval decision claimed at the call (`Approvals.claim`)."""
 
 
 ToolSettings = tuple[

@@ -80,7 +80,9 @@ async def execute(
         step.positional and non_finite(step.positional, _REFS) is not None
     ):
         # the plan's literals: found, then worded with the argument's name
-        check_finite(ctx, {**dict(enumerate(step.positional)), **step.args})
+        check_finite(
+            ctx, {**dict(enumerate(step.positional)), **step.args}, plan_literals=True
+        )
     ctx.phase = "resolving"
     resolved: ResolvedArgs | ResolutionFailure | None = None
     if run.resolve_at_once:  # ArgResolver's own: no coroutine when nothing waits

@@ -17,6 +17,7 @@ require_extra("mcp", "mcp")
 
 from planexec.mcp.client import (  # noqa: E402
     HTTPServerConfig,
+    MCPArgumentsError,
     MCPConfig,
     MCPServerSession,
     MCPSessionPool,
@@ -29,6 +30,7 @@ from planexec.mcp.client import (  # noqa: E402
 
 __all__ = [
     "HTTPServerConfig",
+    "MCPArgumentsError",
     "MCPConfig",
     "MCPServerSession",
     "MCPSessionPool",

@@ -13,8 +13,15 @@ ONE session per server (stdio subprocess or streamable HTTP) for its whole lifet
 each server's tools and turns them into `StructuredTool` objects:
 
 - the input schema becomes a pydantic model (so `ToolCatalog.validate`, required
-  arguments and coercion work unchanged); unknown arguments are rejected unless the
-  schema allows additional properties, so nothing is dropped silently;
+  arguments and coercion work unchanged) that keeps the schema WHOLE: arguments are
+  checked against all of it with `jsonschema` before any call (``minimum``, ``pattern``,
+  ``enum``, ``$ref``, formats...; `planexec.schemas`), a violation is ``ARGS_INVALID``
+  naming the argument and the rule, and the schema shown to the planner is the
+  server's; unknown arguments are rejected unless the schema allows additional
+  properties, so nothing is dropped silently;
+- a server's ``-32602`` (invalid params) raises `MCPArgumentsError`: ``ARGS_INVALID``,
+  never retried; a tool that requires task-augmented execution, or whose schema is
+  not valid JSON Schema, is not offered (`MCPToolset.skipped` says why);
 - ``readOnlyHint`` / ``destructiveHint`` / ``idempotentHint`` become
   ``tool.metadata["planexec"]`` safety hints, with the server's name under ``"server"``
   (plans name servers with ``#ServerN`` or ``server.tool``);
@@ -33,14 +40,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import inspect
 import json
 import keyword
 import os
 import re
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Annotated, Any, Literal, Union
@@ -58,7 +69,8 @@ from pydantic import (
 )
 
 from planexec._log import logger
-from planexec.errors import ConfigError, ToolLoadError, require_extra
+from planexec.errors import ConfigError, ToolArgumentsError, ToolLoadError, require_extra
+from planexec.schemas import InvalidSchemaError, SchemaArgs, schema_validator
 
 require_extra("mcp", "mcp")
 
@@ -69,9 +81,12 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 
 __all__ = [
     "HTTPServerConfig",
+    "MCPArgumentsError",
     "MCPConfig",
+    "MCPProgress",
     "MCPServerSession",
     "MCPSessionPool",
+    "MCPTool",
     "MCPToolset",
     "ServerConfig",
     "StdioServerConfig",
@@ -216,7 +231,11 @@ def load_mcp_config(
     try:
         config = MCPConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid {where}: {exc}") from exc
+        from planexec._validation import describe_errors
+
+        raise ConfigError(
+            f"invalid {where}: " + "; ".join(describe_errors(exc, data, MCPConfig))
+        ) from exc
     for server in config.servers.values():
         if isinstance(server, StdioServerConfig) and server.command in _THIS_PYTHON:
             server.command = sys.executable or server.command
@@ -294,12 +313,18 @@ def _py_type(schema: Any, defs: Mapping[str, Any], depth: int = 0) -> Any:
 
 
 def schema_to_model(name: str, schema: Mapping[str, Any] | None) -> type[BaseModel]:
-    """Build a pydantic model from a tool's JSON input schema.
+    """Build a pydantic model from a tool's JSON input schema, keeping the schema whole.
 
     Required properties are required fields; optional ones keep their default (or
     None, and are then not sent unless given). Names that are not Python identifiers
     (or clash with pydantic) become aliased fields. Extra arguments are forbidden unless
-    the schema sets ``additionalProperties``.
+    the schema sets ``additionalProperties``. The model is a `planexec.schemas.SchemaArgs`:
+    validation also checks the arguments against the whole schema with `jsonschema`
+    (``minimum``, ``pattern``, ``enum``, ``$ref``, formats...), and its
+    ``model_json_schema()`` is the schema as given.
+
+    Raises:
+        InvalidSchemaError: the schema is not a valid JSON Schema.
     """
     schema = dict(schema or {})
     defs: dict[str, Any] = {**schema.get("definitions", {}), **schema.get("$defs", {})}
@@ -336,11 +361,23 @@ def schema_to_model(name: str, schema: Mapping[str, Any] | None) -> type[BaseMod
         "allow" if schema.get("additionalProperties") not in (None, False) else "forbid"
     )
     model_name = re.sub(r"\W", "_", name) or "tool"
-    config = ConfigDict(extra=extra, populate_by_name=True, protected_namespaces=())
+    validator = schema_validator(schema)  # raises InvalidSchemaError before any model
+    base = type(
+        f"{model_name}_schema",
+        (SchemaArgs,),
+        {
+            "model_config": ConfigDict(
+                extra=extra, populate_by_name=True, protected_namespaces=()
+            ),
+            "__json_schema__": copy.deepcopy(schema),
+            "__schema_validator__": validator,
+            "__module__": __name__,
+        },
+    )
     with warnings.catch_warnings():
         # A property named like a BaseModel method ("json", "schema") shadows it: fine here.
         warnings.simplefilter("ignore")
-        model: type[BaseModel] = create_model(f"{model_name}_args", __config__=config, **fields)
+        model: type[BaseModel] = create_model(f"{model_name}_args", __base__=base, **fields)
     return model
 
 
@@ -419,6 +456,22 @@ def result_value(
 # --------------------------------------------------------------------------- sessions
 
 
+@dataclass(frozen=True)
+class MCPProgress:
+    """A progress notification of a tool call (see `MCPToolset` ``on_progress``)."""
+
+    server: str
+    """The server's name."""
+    tool: str
+    """The tool being called."""
+    progress: float
+    """How far it is (increases with each notification)."""
+    total: float | None
+    """The total, when the server knows it."""
+    message: str | None
+    """What the server says it is doing."""
+
+
 class MCPServerSession:
     """One persistent session with one MCP server, run in its own task.
 
@@ -432,13 +485,15 @@ class MCPServerSession:
         *,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        on_progress: Callable[[MCPProgress], Any] | None = None,
     ) -> None:
         self.name = name
         """The server's name in the configuration."""
         self.config = config
         """Its configuration."""
         self.call_timeout = config.timeout or call_timeout
-        """Seconds a tool call may take."""
+        """Seconds a tool call may go without a word from the server (its result or a
+        progress notification): an idle timeout."""
         self.startup_timeout = config.startup_timeout or startup_timeout
         """Seconds the server may take to start and list its tools."""
         self.tools: list[mcp_types.Tool] = []
@@ -447,6 +502,9 @@ class MCPServerSession:
         """Why the session ended or never started, once it has."""
         self.calls = 0
         """Tool calls made through this session."""
+        self.on_progress: Callable[[MCPProgress], Any] | None = on_progress
+        """Called (and awaited, if it returns an awaitable) with each progress
+        notification of a call of this session."""
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -508,10 +566,9 @@ class MCPServerSession:
                 cwd=self.config.cwd,
             )
             transport = stdio_client(params, errlog=self._stderr)
-            return Client(transport, read_timeout_seconds=self.call_timeout)
+            return Client(transport)  # calls are bounded by `call` (an idle timeout)
         return Client(
-            _http_transport(self.config.url, dict(self.config.headers), self._on_http_status),
-            read_timeout_seconds=self.call_timeout,
+            _http_transport(self.config.url, dict(self.config.headers), self._on_http_status)
         )
 
     def _on_http_status(self, status: int) -> None:
@@ -603,11 +660,37 @@ class MCPServerSession:
             )
         limit = timeout or self.call_timeout
         self.calls += 1
-        call = asyncio.create_task(client.call_tool(tool, arguments, read_timeout_seconds=limit))
-        try:
-            done, _ = await asyncio.wait(
-                {call, task}, timeout=limit + 1.0, return_when=asyncio.FIRST_COMPLETED
+        heard = [time.monotonic(), 0]  # when the server last said something, how often
+
+        async def heard_progress(
+            progress: float, total: float | None, message: str | None
+        ) -> None:
+            heard[0] = time.monotonic()
+            heard[1] += 1
+            note = MCPProgress(self.name, tool, progress, total, message)
+            logger.bind(run_id="-", step_id=None).debug("MCP progress: {}", note)
+            hook = self.on_progress
+            if hook is not None:
+                out = hook(note)
+                if inspect.isawaitable(out):
+                    await out
+
+        # A progress token on every call (the SDK sends one when given a callback); the
+        # limit is an idle timeout: each progress notification starts it again.
+        call = asyncio.create_task(
+            client.call_tool(
+                tool, arguments, read_timeout_seconds=None, progress_callback=heard_progress
             )
+        )
+        done: set[asyncio.Future[Any]] = set()
+        try:
+            while not done:
+                idle = heard[0] + limit - time.monotonic()
+                if idle <= 0:
+                    break
+                done, _ = await asyncio.wait(
+                    {call, task}, timeout=idle, return_when=asyncio.FIRST_COMPLETED
+                )
         except BaseException:
             call.cancel()
             raise
@@ -621,8 +704,9 @@ class MCPServerSession:
                         f"died during a call to {tool!r} ({self.error or 'connection closed'})"
                     )
                 )
+            quiet = f" after {heard[1]} progress notifications" if heard[1] else ""
             raise TimeoutError(
-                f"MCP server {self.name!r}: tool {tool!r} did not answer within {limit:g}s"
+                f"MCP server {self.name!r}: tool {tool!r} sent nothing for {limit:g}s{quiet}"
             )
         try:
             result = call.result()
@@ -635,6 +719,11 @@ class MCPServerSession:
             if exc.code == mcp_types.REQUEST_TIMEOUT:
                 raise TimeoutError(
                     f"MCP server {self.name!r}: tool {tool!r} did not answer within {limit:g}s"
+                ) from exc
+            if exc.code == mcp_types.INVALID_PARAMS:
+                raise MCPArgumentsError(
+                    f"MCP server {self.name!r} refused the arguments of {tool!r} "
+                    f"(invalid params, {exc.code}): {exc.message}"
                 ) from exc
             raise ToolException(
                 f"MCP server {self.name!r}: call to {tool!r} failed: {exc.message}"
@@ -684,6 +773,14 @@ class MCPServerSession:
                 )
         if self._stderr is not None and not self._stderr.closed:
             self._stderr.close()
+
+
+class MCPArgumentsError(ToolArgumentsError, ToolException):
+    """An MCP server refused a call's arguments (JSON-RPC ``-32602``, invalid params).
+
+    A `ToolArgumentsError` (the step fails ``ARGS_INVALID``, the call is not retried)
+    and a langchain `ToolException`.
+    """
 
 
 def _leaf(exc: BaseException) -> str:
@@ -744,11 +841,41 @@ def _hints(tool: mcp_types.Tool, server: str) -> dict[str, Any]:
     }
 
 
+def _unusable(tool: mcp_types.Tool) -> str | None:
+    """Why planexec cannot call a listed tool directly, or None."""
+    execution = tool.execution
+    if execution is not None and execution.task_support == "required":
+        return (
+            "it requires task-augmented execution (execution.taskSupport 'required'), "
+            "which planexec's client does not do"
+        )
+    return None
+
+
+class MCPTool(StructuredTool):
+    """A tool of an MCP server: a `StructuredTool` whose schema is the server's, whole.
+
+    ``tool_call_schema`` is the args schema itself (an MCP tool has no injected
+    arguments), so what langchain shows a model (``bind_tools``) is the server's input
+    schema, not a copy rebuilt from the pydantic fields. Only the async path runs
+    (``ainvoke``); ``invoke`` is refused, as for langchain-mcp-adapters' tools.
+    """
+
+    @property
+    def tool_call_schema(self) -> Any:
+        """The args schema (its JSON Schema is the server's input schema)."""
+        return self.args_schema
+
+
 def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> BaseTool:
     """Wrap one MCP tool of a session as a langchain `StructuredTool`.
 
     The tool's ``metadata`` holds ``planexec`` (safety hints and ``server``) and ``mcp``
-    (server, tool name, transport, output schema, annotations).
+    (server, tool name, transport, output schema, annotations). Its args schema keeps
+    the server's input schema whole (`schema_to_model`).
+
+    Raises:
+        InvalidSchemaError: the tool's input schema is not a valid JSON Schema.
     """
     model = schema_to_model(f"{session.name}_{tool.name}", tool.input_schema)
     name = tool.name
@@ -761,12 +888,11 @@ def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> Ba
         )
 
     description = (tool.description or tool.title or f"MCP tool {tool.name}").strip()
-    lc_tool = StructuredTool.from_function(
-        coroutine=_call,
+    lc_tool = MCPTool(
         name=tool.name,
         description=description,
         args_schema=model,
-        infer_schema=False,
+        coroutine=_call,
     )
     lc_tool.metadata = {
         "planexec": _hints(tool, session.name),
@@ -822,14 +948,20 @@ class MCPToolset:
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         strict: bool = True,
+        on_progress: Callable[[MCPProgress], Any] | None = None,
     ) -> None:
         """Prepare sessions; nothing starts until the toolset is entered.
 
         Args:
             config: The MCP configuration (path, data or `MCPConfig`).
             servers: Only these servers (all by default).
-            call_timeout: Seconds a tool call may take, unless a server's config says.
+            call_timeout: Seconds a tool call may go without a word from its server
+                (its result or a progress notification), unless the server's config
+                says otherwise.
             startup_timeout: Seconds a server may take to start and list its tools.
+            on_progress: Called (awaited if it returns an awaitable) with each
+                `MCPProgress` a server sends during a call. Every call carries a progress
+                token, and each notification also restarts the call's idle timeout.
             strict: Raise `ToolLoadError` when a server fails to start (the default);
                 when False, skip it with a warning, record it in ``failures`` and give
                 a marker for it in ``markers`` (a `ToolCatalog` built with the markers
@@ -854,12 +986,18 @@ class MCPToolset:
                 self.config.servers[n],
                 call_timeout=call_timeout,
                 startup_timeout=startup_timeout,
+                on_progress=on_progress,
             )
             for n in names
         }
         """One session per server, by name."""
         self.failures: dict[str, str] = {}
         """Servers that failed to start (non-strict mode), with the reason."""
+        self.skipped: dict[str, str] = {}
+        """Tools a server listed that planexec does not offer, by ``server.tool``, with
+        why: a tool that requires task-augmented execution (``execution.taskSupport``
+        ``required``; planexec calls tools directly), or whose input schema is not a
+        valid JSON Schema (its arguments could not be checked)."""
         self._tools: dict[str, list[BaseTool]] = {}
         self._entered = False
 
@@ -888,11 +1026,28 @@ class MCPToolset:
                     )
                     del self.sessions[session.name]
                 continue
-            self._tools[session.name] = [mcp_tool_to_langchain(session, t) for t in session.tools]
+            self._tools[session.name] = self._usable_tools(session)
         if errors and self.strict:
             await self.aclose()
             raise ToolLoadError("\n".join(errors))
         return self
+
+    def _usable_tools(self, session: MCPServerSession) -> list[BaseTool]:
+        """The server's tools planexec can call; the others go to `skipped`, with why."""
+        tools: list[BaseTool] = []
+        for tool in session.tools:
+            why = _unusable(tool)
+            if why is None:
+                try:
+                    tools.append(mcp_tool_to_langchain(session, tool))
+                    continue
+                except InvalidSchemaError as exc:
+                    why = f"its input schema cannot be checked: {exc}"
+            self.skipped[f"{session.name}.{tool.name}"] = why
+            logger.bind(run_id="-", step_id=None).warning(
+                "MCP server {!r}: tool {!r} is not offered: {}", session.name, tool.name, why
+            )
+        return tools
 
     async def __aexit__(
         self,

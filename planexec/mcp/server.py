@@ -94,6 +94,7 @@ __all__ = [
     "host_header",
     "is_loopback",
     "serve",
+    "tools_only",
     "tools_server",
 ]
 
@@ -257,7 +258,10 @@ class ExecutePlanResult(BaseModel):
     """The results of executing a plan (the first page of them for a large plan)."""
 
     run_id: str = Field(description="The run's id (get_run returns it when a store is set).")
-    ok: bool = Field(description="True when every step succeeded (or was skipped on purpose).")
+    ok: bool = Field(
+        description="True when the run SUCCEEDED (see status): every step succeeded or was "
+        "skipped on purpose, and the plan is complete."
+    )
     status_counts: dict[str, int] = Field(
         default_factory=dict, description="How many steps ended in each status."
     )
@@ -415,6 +419,16 @@ class _StrictTool(MCPServerTool):
 
     accepted_args: frozenset[str] | None = None
     check_args: bool = True
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Say in the input schema what `run` enforces: ``additionalProperties: false``.
+
+        (Only for a tool that refuses unknown arguments; a schema that already says
+        something about additional properties is left as it is.)
+        """
+        super().model_post_init(context)
+        if self.check_args and "additionalProperties" not in self.parameters:
+            self.parameters = {**self.parameters, "additionalProperties": False}
 
     async def run(
         self, arguments: dict[str, Any], context: Any, convert_result: bool = False
@@ -745,13 +759,38 @@ def tools_server(
     from planexec.tools import ToolCatalog
 
     catalog = ToolCatalog(list(tools))
-    return MCPServer(
-        name,
-        instructions=instructions,
-        version=_version(),
-        log_level="WARNING",
-        tools=_exposed_tools(catalog),
+    return tools_only(
+        MCPServer(
+            name,
+            instructions=instructions,
+            version=_version(),
+            log_level="WARNING",
+            tools=_exposed_tools(catalog),
+            subscriptions=False,
+        )
     )
+
+
+_NOT_SERVED = ("prompts/", "resources/", "completion/")
+"""Methods planexec's servers do not serve (they have no prompts and no resources)."""
+
+
+def tools_only(server: MCPServer[Any]) -> MCPServer[Any]:
+    """Advertise only what planexec serves: tools (no prompts, resources, completions).
+
+    ``MCPServer`` registers prompt and resource handlers whether or not any prompt or
+    resource is added, and a server's capabilities follow its handlers; planexec's
+    servers have neither, so their handlers are removed (a client that asks gets
+    method-not-found, as for any method not served). Built with ``subscriptions=False``
+    the server also does not advertise ``listChanged`` (its tool list never changes).
+
+    Returns:
+        The same server.
+    """
+    handlers = server._lowlevel_server._request_handlers  # the SDK has no public remover
+    for method in [m for m in handlers if m.startswith(_NOT_SERVED)]:
+        del handlers[method]
+    return server
 
 
 # --------------------------------------------------------------------------- server
@@ -923,8 +962,8 @@ def build_server(
     async def execute_plan(
         text: PlanText, ctx: Context, dialect: Dialect = "auto"
     ) -> Annotated[mcp_types.CallToolResult, ExecutePlanResult]:
-        from planexec.events import EventBus, StepFinished
-        from planexec.results import StepStatus, Usage
+        from planexec.events import EventBus, RunFinished, StepFinished
+        from planexec.results import RunStatus, StepStatus, Usage
         from planexec.runs import execute_recorded
 
         # a plan with error diagnostics runs as everywhere (planexec.plan_errors): the
@@ -954,13 +993,22 @@ def build_server(
                     )
 
         bus.subscribe(on_event)
+        ended: list[Any] = []  # the run's status, as the store and `planexec run` have it
+
+        def on_run_finished(event: Any) -> None:
+            if isinstance(event, RunFinished):
+                ended.append(event)
+
+        bus.subscribe(on_run_finished)
         requests = _requests_on(bus)
         # the executor alone (no recovery, no answer), with the runtime's model client
         # (timeout, retries, breaker), limits and runner
         usage = Usage()
         # traced like an agent run when anybody traces (LangSmith, OpenTelemetry)
         trace = await runtime.start_trace(None, run_id=run_id, question="")
-        executor = runtime.open_run(run_id=run_id, usage=usage, bus=bus, trace=trace).executor
+        executor = runtime.open_run(
+            run_id=run_id, usage=usage, bus=bus, trace=trace, store=store
+        ).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
         recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
         results = await execute_recorded(
@@ -968,11 +1016,9 @@ def build_server(
         )
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
-        ok = all(r.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) for r in results)
         waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
-        status = "WAITING_APPROVAL" if waiting else ("SUCCEEDED" if ok else "FAILED")
-        if store is not None:
-            status = str(await anyio.to_thread.run_sync(lambda: store.get_run(run_id).status))
+        status = ended[-1].status if ended else str(RunStatus.FAILED)
+        ok = status == str(RunStatus.SUCCEEDED)
         counts: dict[str, int] = {}
         for r in results:
             counts[str(r.status)] = counts.get(str(r.status), 0) + 1
@@ -1203,12 +1249,15 @@ def build_server(
         visible(run_id, "get_run", ctx)
         return _model_result(await _load_run(store, run_id, offset, limit))
 
-    return MCPServer(
-        name,
-        instructions=SERVER_INSTRUCTIONS,
-        version=_version(),
-        log_level="WARNING",
-        tools=(_exposed_tools(catalog) if expose_tools else []) + own_tools,
+    return tools_only(
+        MCPServer(
+            name,
+            instructions=SERVER_INSTRUCTIONS,
+            version=_version(),
+            log_level="WARNING",
+            tools=(_exposed_tools(catalog) if expose_tools else []) + own_tools,
+            subscriptions=False,
+        )
     )
 
 

@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planexec._log import step_log
+from planexec._log import level_of, step_log
 from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import (
@@ -1322,8 +1322,6 @@ def parse_hashstep(text: str, *, draft_policy: str = "last_complete") -> Plan:
     diags = sorted(st.diags, key=lambda d: d.line if d.line is not None else 0)
     for d in diags:
         log = step_log(None, d.step)
-        if d.severity is Severity.INFO:
-            log.info("plan: {}", d)
-        else:
-            log.warning("plan: {}", d)
+        level = "INFO" if d.severity is Severity.INFO else level_of(d.code)
+        log.log(level, "plan: {}", d)
     return Plan(steps=tuple(steps), diagnostics=tuple(diags), dialect="hashstep", source=text)

@@ -563,15 +563,11 @@ class Scenario(_Strict):
         return p if p.is_absolute() else self.base_dir / p
 
 
-def _describe(exc: ValidationError, source: str) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"unknown key {loc!r}")
-        else:
-            lines.append(f"{loc}: {err['msg']}")
-    return f"invalid scenario {source}:\n  " + "\n  ".join(dict.fromkeys(lines))
+def _describe(exc: ValidationError, source: str, data: Any) -> str:
+    from planexec._validation import describe_errors
+
+    lines = describe_errors(exc, data, Scenario)
+    return f"invalid scenario {source}:\n  " + "\n  ".join(lines)
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -596,7 +592,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, repr(str(p)))) from exc
+        raise ConfigError(_describe(exc, repr(str(p)), data)) from exc
     return scenario.with_path(p)
 
 

@@ -1,7 +1,8 @@
 """Durable runs: the run store, which records runs and reads them back.
 
-- `RunStore`: the protocol; `MemoryRunStore` (in memory) and `SQLiteRunStore` (one
-  file, the default).
+- `RunStore`: the protocol; `MemoryRunStore` (in memory), `SQLiteRunStore` (one
+  file, the default) and `PostgresRunStore` (one PostgreSQL database shared by many
+  hosts: a ``postgresql://`` URL).
 - `default_store_path` / `open_store`: where runs are recorded unless told otherwise
   (``$PLANEXEC_STORE``, else ``runs.sqlite3`` in the user data directory).
 - `run_from_store`: a recorded run read back as a `Run`.
@@ -28,6 +29,7 @@ from planexec.store.base import (
     StartedCall,
 )
 from planexec.store.memory import MemoryRunStore
+from planexec.store.postgres import PostgresRunStore, is_postgres_url
 from planexec.store.reading import run_from_store
 from planexec.store.sqlite import SCHEMA_VERSION, SQLiteRunStore
 
@@ -40,6 +42,7 @@ __all__ = [
     "CancelRequest",
     "Lease",
     "MemoryRunStore",
+    "PostgresRunStore",
     "RecordedPlan",
     "RecordedStep",
     "RequestState",
@@ -70,14 +73,18 @@ def default_store_path() -> Path:
 
 
 def open_store(path: str | os.PathLike[str] | None = None) -> RunStore:
-    """Open the run store at ``path`` (default: `default_store_path`).
+    """Open the run store at ``path`` (default: ``$PLANEXEC_STORE``, else `default_store_path`).
 
-    ``":memory:"`` gives a `MemoryRunStore`; anything else is a `SQLiteRunStore` file.
+    ``":memory:"`` gives a `MemoryRunStore`; a ``postgresql://`` (or ``postgres://``) URL
+    a `PostgresRunStore`; anything else is a `SQLiteRunStore` file.
 
     Raises:
-        StoreError: the file cannot be opened or has a newer schema.
+        StoreError: the file cannot be opened or has a newer schema; the URL is bad or
+            its server unreachable.
     """
-    target = default_store_path() if path is None else path
+    target = path if path is not None else os.environ.get(ENV_VAR) or default_store_path()
     if str(target) == MEMORY:
         return MemoryRunStore()
+    if is_postgres_url(str(target)):
+        return PostgresRunStore(str(target))
     return SQLiteRunStore(Path(target).expanduser())

@@ -8,6 +8,7 @@ never drives a run. Resume (`planexec.runs`) reads these records back.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import socket
@@ -32,6 +33,7 @@ __all__ = [
     "DECIDED_ACTIONS",
     "EXPORT_FORMAT",
     "CHECKPOINT_EVENTS",
+    "LEASE_OWNER",
     "LEASE_TTL",
     "RUN_FIELDS",
     "ApprovalRecord",
@@ -479,6 +481,12 @@ class RunStore(Protocol):
         """Release resources (connections)."""
         ...
 
+
+LEASE_OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "planexec_lease_owner", default=None
+)
+"""The lease token of the run driver in whose context code runs (set by
+`planexec.runs.hold_lease`): the approval gate claims decisions as this owner."""
 
 LEASE_TTL = 30.0
 """The default lease time to live: a lease without a heartbeat for this long has expired."""

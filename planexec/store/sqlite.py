@@ -52,11 +52,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from planexec._log import logger
 from planexec.errors import RunNotFoundError, StoreError
-from planexec.events import Event, EventBus, StepFinished, StepStarted, ToolCallStarted
+from planexec.events import Event, EventBus, ToolCallStarted
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
@@ -85,12 +85,15 @@ from planexec.store.base import (
 from planexec.store.codec import (
     args_digest,
     dumps,
-    dumps_with,
-    event_text,
-    event_to_json,
     plan_from_json,
     result_from_json,
 )
+from planexec.store.rows import MAX_BUFFERED as _MAX_BUFFERED
+from planexec.store.rows import MAY_BE_SAFE as _MAY_BE_SAFE
+from planexec.store.rows import Effect as _Effect
+from planexec.store.rows import Queued as _Queued
+from planexec.store.rows import encode as _encode
+from planexec.store.rows import from_data as _from_data
 
 __all__ = [
     "DURABILITY",
@@ -226,17 +229,8 @@ MIGRATIONS: list[Migration] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 """The schema version this planexec writes."""
 
-_MAX_BUFFERED = 256
-
-_EFFECTS = frozenset({"RunStarted", "PlanCreated", "StepFinished", "StepDiscarded",
-                      "RecoveryDecided", "RunFinished"})
-"""Event types that change more than the ``events`` table (`SQLiteRunStore._apply_batch`)."""
-
 _COUNTED = frozenset({"StepStarted", "StepFinished", "RunFinished"})
 """Event types that change the count of running steps (`SQLiteRunStore._count_running`)."""
-
-_MAY_BE_SAFE = frozenset({"ToolCallStarted", "StepFinished"})
-"""Event types whose ``safe`` field decides whether they are checkpoints."""
 
 _CHECKPOINT_EVERY = 200
 """Commits on the event loop's side between two checkpoints by the writer thread."""
@@ -260,73 +254,6 @@ written in order), so a step's result is on disk before any later unsafe call st
 The call start of a safe tool is not a checkpoint (`planexec.store.base.is_checkpoint`)
 and is not flushed: resume runs such a step again either way.
 """
-
-
-_Row = tuple[str, float, str, "int | None", "int | None", str]
-"""An ``events`` row but its ``seq``: run_id, ts, type, step_id, plan_version, data."""
-
-_StepRow = tuple[int, int, str, "str | None", "str | None", Any, Any, str]
-"""What a ``StepFinished`` writes to ``step_results``: plan_version, step_id, status, tool,
-error_kind, started_at, duration, the result's text."""
-
-@dataclass(frozen=True)
-class _Effect:
-    """What an event but a ``StepFinished`` changes in other tables (`_EFFECTS`)."""
-
-    data: dict[str, Any]
-    """The event, encoded (`event_to_json`)."""
-    plan_text: str | None = None
-    """A ``PlanCreated``'s plan, as the text in its event (the ``plans`` row keeps it too)."""
-
-
-_Queued = tuple[_Row, "_StepRow | _Effect | None"]
-"""A queued event: its row, and what it changes in other tables — nothing, a `_StepRow`
-(a ``StepFinished``), or an `_Effect` (the other `_EFFECTS` types)."""
-
-
-def _from_data(data: dict[str, Any]) -> _Queued:
-    """Make the queue's item of an event encoded by `event_to_json` (any type, any field)."""
-    kind = data["type"]
-    ts = float(data["ts"])
-    plan_version = data.get("plan_version", data.get("version"))
-    if kind == "StepFinished" and data.get("result") is not None:
-        result = data["result"]
-        text, result_text = dumps_with(data, "result")
-        assert result_text is not None
-        step = (int(data.get("plan_version", 1)), int(result["step_id"]), result["status"],
-                result.get("tool"), result.get("error_kind"), result.get("started_at"),
-                result.get("duration"), result_text)
-        return (data["run_id"], ts, kind, data.get("step_id", result.get("step_id")),
-                plan_version, text), step
-    if kind == "PlanCreated":
-        text, plan_text = dumps_with(data, "plan")
-        return (data["run_id"], ts, kind, data.get("step_id"), plan_version, text), _Effect(
-            data, plan_text
-        )
-    row = (data["run_id"], ts, kind, data.get("step_id"), plan_version, dumps(data))
-    return row, (_Effect(data) if kind in _EFFECTS else None)
-
-
-def _encode(event: Event) -> _Queued:
-    """Encode an event for the queue.
-
-    Its text comes straight from the event when it is a plain hot one
-    (`planexec.store.codec.event_text`), through `event_to_json` otherwise.
-    """
-    texts = event_text(event)
-    if texts is None:
-        return _from_data(event_to_json(event))
-    text, result_text = texts  # the fields read below were checked plain
-    if result_text is None:  # a StepStarted or a ToolCallStarted
-        e = cast("StepStarted | ToolCallStarted", event)
-        return (e.run_id, e.ts, type(e).__name__, e.step_id, e.plan_version, text), None
-    f = cast(StepFinished, event)
-    r = f.result
-    kind = r.error_kind
-    return (f.run_id, f.ts, "StepFinished", r.step_id, f.plan_version, text), (
-        f.plan_version, r.step_id, str(r.status), r.tool, str(kind) if kind else None,
-        r.started_at, r.duration, result_text,
-    )
 
 
 def _request_from_text(text: str) -> ApprovalRecord:

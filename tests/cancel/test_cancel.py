@@ -115,6 +115,7 @@ async def test_a_run_waiting_for_approval_is_cancelled_at_once_and_its_request_w
         assert run.status is RunStatus.WAITING_APPROVAL
         live = (RequestState.OPEN, RequestState.DECIDED)
         before = [r.step_id for r in store.approval_requests(run.run_id) if r.state in live]
+        assert before == [1]  # the paused step's request, open
         outcome = await cancel_run(store, run.run_id, reason="not today", by="dana")
         assert outcome.stopped and outcome.withdrawn == tuple(before)
         record = store.get_run(run.run_id)

@@ -357,11 +357,11 @@ async def test_a_png_without_matplotlib_names_the_plot_extra(
     assert "planexec[plot]" in capsys.readouterr().err
 
 
-def test_a_timeline_needs_an_html_or_png_file(
+def test_a_timeline_needs_an_html_svg_or_png_file(
     store_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["runs", "timeline", "x", "--out", "x.svg"]) == 2
-    assert ".html or .png" in capsys.readouterr().err
+    assert main(["runs", "timeline", "x", "--out", "x.pdf"]) == 2
+    assert ".html, .svg or .png" in capsys.readouterr().err
 
 
 def test_store_arguments_choose_a_file_memory_or_nothing(

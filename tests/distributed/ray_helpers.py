@@ -19,6 +19,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 from planexec.agent import PlanExecuteAgent
 from planexec.config import AgentConfig
+from planexec.errors import RetryableToolError
 from planexec.testing import ScriptedChatModel, fake_tool
 
 HERE = Path(__file__).resolve().parent
@@ -101,7 +102,7 @@ def flaky_tool(directory: str, fail_times: int) -> BaseTool:
     def flaky(x: int) -> dict[str, Any]:
         n = count_call(directory, "flaky")
         if n <= fail_times:
-            raise RuntimeError(f"flaky failure {n}")
+            raise RetryableToolError(f"flaky failure {n}")  # transient: retried
         return {"x": x, "call": n}
 
     return StructuredTool.from_function(

@@ -173,8 +173,7 @@ async def test_a_tool_keeps_its_in_process_state_between_calls_on_both_backends(
 async def test_a_flaky_in_memory_tool_recovers_on_its_retry_on_both_backends(
     backend: str,
 ) -> None:
-    tools = [fake_tool("flaky", {"ok": True}, error=RuntimeError("down"), fail_times=1,
-                       hints=SAFE)]
+    tools = [fake_tool("flaky", {"ok": True}, error="down", fail_times=1, hints=SAFE)]
     got, events = await run_plan(backend, tools, mk(1, "flaky"))
     assert got[1].ok and got[1].attempts == 2, got[1].error
     assert [e.code for e in events if isinstance(e, FallbackUsed)] == ["TOOL_RETRY"]

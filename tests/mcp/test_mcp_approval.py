@@ -130,7 +130,8 @@ async def test_ask_pauses_and_a_rejection_re_plans_on_resume(tmp_path: Path) -> 
         again = await client.call_tool(
             "reject_step", {"run_id": run_id, "step": pending["step_id"], "reason": "x"}
         )
-        assert again.is_error and "not waiting" in again.content[0].text
+        assert again.is_error and "already decided" in again.content[0].text  # and by whom
+        assert "mcp client" in again.content[0].text
         resumed = await client.call_tool("resume_run", {"run_id": run_id})
         assert resumed.structured_content is not None
         assert resumed.structured_content["status"] == "SUCCEEDED"

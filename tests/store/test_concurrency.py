@@ -20,7 +20,7 @@ from planexec.events import (
 )
 from planexec.plan import Plan, Step
 from planexec.results import RunStatus, StepResult, StepStatus
-from planexec.store import SQLiteRunStore
+from planexec.store import RunStore, SQLiteRunStore
 from planexec.store.sqlite import SCHEMA_VERSION
 
 STEPS = 5
@@ -46,7 +46,7 @@ WRITER = textwrap.dedent(
 )
 
 
-async def record_run(store: SQLiteRunStore, run_id: str) -> None:
+async def record_run(store: RunStore, run_id: str) -> None:
     bus = EventBus()
     store.attach(bus)
     plan = Plan(steps=tuple(Step(id=i, tool="noop") for i in range(1, STEPS + 1)))
@@ -61,11 +61,11 @@ async def record_run(store: SQLiteRunStore, run_id: str) -> None:
     await bus.emit(RunFinished(run_id=run_id, status="SUCCEEDED", answer=run_id))
 
 
-async def record_runs(store: SQLiteRunStore, prefix: str, n: int) -> None:
+async def record_runs(store: RunStore, prefix: str, n: int) -> None:
     await asyncio.gather(*(record_run(store, f"{prefix}-{j}") for j in range(n)))
 
 
-def assert_complete(store: SQLiteRunStore, run_ids: list[str]) -> None:
+def assert_complete(store: RunStore, run_ids: list[str]) -> None:
     runs = store.list_runs(limit=10_000)
     assert sorted(r.run_id for r in runs) == sorted(run_ids)
     for run_id in run_ids:
@@ -165,3 +165,47 @@ async def test_concurrent_agent_runs_are_all_recorded(tmp_path: Path) -> None:
             assert record.question == f"q{i}"
             assert record.step_counts == {"SUCCEEDED": 2}
             assert record.created_at is not None and record.created_at >= t0 - 1
+
+
+PG_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    sys.path.insert(0, {here!r})
+    from test_concurrency import record_runs
+    from planexec.store import PostgresRunStore
+
+    url, prefix, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    deadline = time.monotonic() + 30
+    while not go.exists():  # start together with the other writer
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.005)
+    store = PostgresRunStore(url)
+    asyncio.run(record_runs(store, prefix, n))
+    store.close()
+    """
+)
+
+
+def test_two_processes_writing_runs_to_one_postgres_database_lose_nothing(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two hosts' drivers (here: processes, each its own connection) on one database,
+    each with concurrent runs sharing its group commits."""
+    from planexec.store import PostgresRunStore
+
+    go = tmp_path / "go"
+    n = 10
+    script = PG_WRITER.format(here=str(Path(__file__).parent))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, postgres_url, prefix, str(n), str(go)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for prefix in ("a", "b")
+    ]
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with PostgresRunStore(postgres_url) as store:
+        assert_complete(store, [f"{p}-{j}" for p in "ab" for j in range(n)])

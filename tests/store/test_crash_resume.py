@@ -10,6 +10,7 @@ blocks there; the test polls for the marker (bounded) and then kills the process
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from planexec.errors import ErrorKind
 from planexec.results import RunStatus, StepStatus
-from planexec.store import SQLiteRunStore
+from planexec.store import RunStore, open_store
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL"),
@@ -33,9 +34,17 @@ LABELS = {1: "s1", 2: "s2", 3: "s3", 4: "s4"}
 DEADLINE = 90.0
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the killed run records: a SQLite file, or a PostgreSQL database (a URL)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "runs.sqlite3")
+
+
 class Crash:
-    def __init__(self, tmp_path: Path) -> None:
-        self.store = tmp_path / "runs.sqlite3"
+    def __init__(self, tmp_path: Path, store: str) -> None:
+        self.store = store
         self.log = tmp_path / "calls.log"
         self.marker = tmp_path / "reached"
         self.env = {
@@ -52,7 +61,7 @@ class Crash:
         env = {**self.env, "PLANEXEC_CRASH_BLOCK": point,
                "PLANEXEC_CRASH_RESULT_DELAY": result_delay}
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "crash_driver.py"), str(self.store), run_id, tool2],
+            [sys.executable, str(HERE / "crash_driver.py"), self.store, run_id, tool2],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         try:
@@ -84,9 +93,15 @@ class Crash:
         lines = self.log.read_text().splitlines() if self.log.exists() else []
         return collections.Counter(line.split()[0] for line in lines)
 
+    def open(self) -> RunStore:
+        return open_store(self.store)
+
     def succeeded(self, run_id: str) -> set[int]:
-        with SQLiteRunStore(self.store) as store:
+        store = self.open()
+        try:
             return {s.result.step_id for s in store.step_results(run_id) if s.result.ok}
+        finally:
+            store.close()
 
 
 DEPENDS = {2: 1, 3: 2, 4: 1}
@@ -105,14 +120,14 @@ POINTS = [
 @pytest.mark.parametrize(("point", "strict"), POINTS)
 @pytest.mark.parametrize("result_delay", ["0", "60"])
 def test_a_killed_run_resumes_and_each_recorded_step_ran_once(
-    tmp_path: Path, point: str, strict: set[int], result_delay: str
+    tmp_path: Path, store_at: str, point: str, strict: set[int], result_delay: str
 ) -> None:
     """Every step is safe. With ``result_delay=0`` each result is committed before the
     next step starts; with the default durability a safe step's result is held (here up
     to 60 s: nothing commits it before the kill) and the step simply runs again on
     resume. Either way a recorded step ran exactly once, the others run once more, and
     a recorded step's input is recorded too (a commit is a prefix of the events)."""
-    crash = Crash(tmp_path)
+    crash = Crash(tmp_path, store_at)
     crash.start_and_kill("run-k", point, result_delay=result_delay)
 
     recorded = crash.succeeded("run-k")
@@ -121,7 +136,7 @@ def test_a_killed_run_resumes_and_each_recorded_step_ran_once(
     else:
         assert recorded == set()  # held in memory, lost with the process
     assert all(DEPENDS[sid] in recorded for sid in recorded if sid in DEPENDS)
-    with SQLiteRunStore(crash.store) as store:
+    with contextlib.closing(crash.open()) as store:
         assert store.get_run("run-k").status is RunStatus.INTERRUPTED
     before = crash.calls()
 
@@ -130,7 +145,7 @@ def test_a_killed_run_resumes_and_each_recorded_step_ran_once(
     assert "run run-k: SUCCEEDED" in done.stdout
 
     calls = crash.calls()
-    with SQLiteRunStore(crash.store) as store:
+    with contextlib.closing(crash.open()) as store:
         record = store.get_run("run-k")
         results = {s.result.step_id: s.result for s in store.step_results("run-k")}
         assert store.started_calls_without_result("run-k") == []
@@ -145,13 +160,15 @@ def test_a_killed_run_resumes_and_each_recorded_step_ran_once(
             assert calls[label] == before[label] + 1, f"{label} must run once more: {calls}"
 
 
-def test_an_unsafe_call_cut_short_stops_the_run_until_forced(tmp_path: Path) -> None:
+def test_an_unsafe_call_cut_short_stops_the_run_until_forced(
+    tmp_path: Path, store_at: str
+) -> None:
     """Step 2 calls an unsafe tool. Its call start committed the queue first, so its
     input (step 1's safe result, held up to 60 s otherwise) is recorded before the call."""
-    crash = Crash(tmp_path)
+    crash = Crash(tmp_path, store_at)
     crash.start_and_kill("run-u", "tool:s2", tool2="write", result_delay="60")
     assert 1 in crash.succeeded("run-u")
-    with SQLiteRunStore(crash.store) as store:
+    with contextlib.closing(crash.open()) as store:
         started = {c.step_id: c for c in store.started_calls_without_result("run-u")}
     # step 4 (a safe read running alongside) may have its call start in the commit that
     # step 2's unsafe call start made of the whole queue: resume runs it again either way
@@ -161,7 +178,7 @@ def test_an_unsafe_call_cut_short_stops_the_run_until_forced(tmp_path: Path) -> 
     stopped = crash.resume("run-u")
     assert stopped.returncode == 1
     assert "planexec runs resume run-u --rerun-unsafe" in stopped.stderr
-    with SQLiteRunStore(crash.store) as store:
+    with contextlib.closing(crash.open()) as store:
         record = store.get_run("run-u")
         step2 = next(s.result for s in store.step_results("run-u") if s.result.step_id == 2)
     assert (record.status, record.error_kind) == (RunStatus.FAILED, "UNKNOWN_OUTCOME")

@@ -1,4 +1,4 @@
-"""The contract every run store meets (MemoryRunStore and SQLiteRunStore alike)."""
+"""The contract every run store meets (memory, SQLite and PostgreSQL alike)."""
 
 from __future__ import annotations
 
@@ -182,3 +182,21 @@ async def test_a_run_recorded_by_a_dead_process_is_interrupted() -> None:
     assert store.get_run("run-1").status is RunStatus.INTERRUPTED
     assert [r.run_id for r in store.list_runs(status="INTERRUPTED")] == ["run-1"]
     assert store.list_runs(status="RUNNING") == []
+
+
+async def test_the_latest_cancel_request_is_read_back_from_another_store(
+    make_store: StoreFactory,
+) -> None:
+    from planexec.events import RunCancelRequested, RunStarted
+
+    store = make_store()
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(RunStarted(run_id="r", question="q"))
+    assert store.cancel_request("r") is None
+    await bus.emit(RunCancelRequested(run_id="r", reason="first", by="ann", ts=10.0))
+    await bus.emit(RunCancelRequested(run_id="r", reason="wrong account", by="dana", ts=11.0))
+    other = make_store()  # another process's store on the same file or database
+    request = other.cancel_request("r")
+    assert request is not None
+    assert (request.reason, request.by, request.requested_at) == ("wrong account", "dana", 11.0)

@@ -1,0 +1,174 @@
+"""The call gate's behaviours that once survived mutation (issue 33; mutation/mutants.toml).
+
+Through the `Executor`'s public seams only (its ``selector`` and ``approvals`` hooks,
+`Executor.may_start_early`), so the tests hold whatever the executor's inside looks
+like. Oracles: the fake tools' call logs and the step results' typed fields.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from planexec.approval import ApprovalAction, ApprovalDecision
+from planexec.errors import ErrorKind
+from planexec.executor import Executor
+from planexec.plan import Plan, Ref, Step
+from planexec.results import ResolutionMethod, StepResult, StepStatus
+from planexec.selection import ToolChoice
+from planexec.testing import fake_tool
+from planexec.tools import ToolCatalog, ToolSpec
+
+READ = {"read_only": True}
+DESTRUCTIVE = {"destructive": True}
+
+
+def catalog() -> ToolCatalog:
+    wipe = fake_tool("wipe", {"wiped": True}, args={"site": str}, hints=DESTRUCTIVE)
+    wipe.metadata["planexec"] = {**wipe.metadata.get("planexec", {}), "server": "iot"}
+    return ToolCatalog([
+        fake_tool("sites", {"level": float("nan"), "names": ["MAIN"]}, hints=READ),
+        fake_tool("setpoint", {"ok": True}, args={"value": float}, hints=READ),
+        wipe,
+    ])
+
+
+def calls(cat: ToolCatalog, name: str) -> list[dict[str, Any]]:
+    spec = cat.lookup(name)
+    assert spec is not None
+    return [dict(c) for c in spec.tool.metadata["calls"].calls]
+
+
+class Gate:
+    """An approvals hook at the executor's seam: answers every review with ``decision``."""
+
+    def __init__(self, decision: ApprovalDecision | None) -> None:
+        self.decision = decision
+        self.reviewed: list[tuple[int, str, dict[str, Any]]] = []
+
+    async def review(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        resolution: Mapping[str, ResolutionMethod],
+        *,
+        plan_version: int,
+        dialect: str | None = None,
+    ) -> ApprovalDecision | None:
+        self.reviewed.append((step.id, spec.name, dict(args)))
+        return self.decision
+
+    def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
+              start: Any) -> None:
+        """Every call this stub decided may go ahead."""
+
+    async def withdraw(self, step_id: int, plan_version: int, reason: str) -> None:
+        """Nothing to withdraw."""
+
+
+class Selector:
+    """Selects ``wipe`` for any step that names a server but no tool."""
+
+    async def select(self, step: Step, catalog: ToolCatalog, inputs: Mapping[int, StepResult],
+                     *, feedback: Any = None) -> ToolChoice:
+        spec = catalog.get("wipe", "iot")
+        return ToolChoice(spec=spec, args={"site": "MAIN"}, candidates=("iot.wipe",),
+                          scope="server 'iot'")
+
+
+async def run(cat: ToolCatalog, *steps: Step, **kw: Any) -> dict[int, StepResult]:
+    results = await Executor(cat, **kw).run(Plan(steps=tuple(steps)))
+    return {r.step_id: r for r in results}
+
+
+async def test_a_step_that_selects_its_tool_passes_the_approval_gate() -> None:
+    """Kills exec-selected-skips-gate: the selected destructive tool is not called
+    while its approval is deferred."""
+    cat = catalog()
+    gate = Gate(ApprovalDecision.defer("wait"))
+    out = await run(cat, Step(id=1, task="wipe the main site", server="iot"),
+                    selector=Selector(), approvals=gate)
+    assert [(s, t) for s, t, _ in gate.reviewed] == [(1, "wipe")]
+    assert out[1].status is StepStatus.WAITING_APPROVAL
+    assert calls(cat, "wipe") == []
+
+
+async def test_an_approval_without_arguments_is_treated_as_deferred() -> None:
+    """Kills exec-argless-decision-runs: an approve the gate did not fill in (no args)."""
+    cat = catalog()
+    gate = Gate(ApprovalDecision(ApprovalAction.APPROVE))
+    out = await run(cat, Step(id=1, tool="wipe", server="iot", args={"site": "MAIN"}),
+                    approvals=gate)
+    assert out[1].status is StepStatus.WAITING_APPROVAL
+    assert calls(cat, "wipe") == []
+
+
+async def test_an_approval_with_arguments_calls_the_tool_with_them() -> None:
+    """Kills exec-approval-args-ignored."""
+    cat = catalog()
+    gate = Gate(ApprovalDecision(ApprovalAction.EDIT, args={"site": "SOUTH"},
+                                 edited={"site": "SOUTH"}))
+    out = await run(cat, Step(id=1, tool="wipe", server="iot", args={"site": "MAIN"}),
+                    approvals=gate)
+    assert out[1].status is StepStatus.SUCCEEDED
+    assert calls(cat, "wipe") == [{"site": "SOUTH"}]
+    assert out[1].resolution["site"] is ResolutionMethod.EDITED
+
+
+async def test_a_rejection_fails_the_step_rejected_without_a_call() -> None:
+    """Kills exec-reject-runs."""
+    cat = catalog()
+    out = await run(cat, Step(id=1, tool="wipe", server="iot", args={"site": "MAIN"}),
+                    approvals=Gate(ApprovalDecision.reject("no")))
+    assert out[1].error_kind is ErrorKind.REJECTED
+    assert calls(cat, "wipe") == []
+
+
+def test_a_cut_off_step_never_starts_before_the_plan_is_complete() -> None:
+    """Kills exec-cut-off-starts-early."""
+    ex = Executor(catalog())
+    assert ex.may_start_early(Step(id=1, tool="sites"))
+    assert not ex.may_start_early(Step(id=1, tool="sites", cut_off=True))
+    assert not ex.may_start_early(Step(id=1, tool="sites", args_valid=False))
+    assert not ex.may_start_early(Step(id=1, tool="wipe", server="iot", args={"site": "x"}))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+async def test_a_non_finite_plan_literal_is_refused_before_the_call(bad: float) -> None:
+    """Kills exec-literal-nan-passes and exec-literal-nan-not-literal."""
+    cat = catalog()
+    out = await run(cat, Step(id=1, tool="setpoint", args={"value": bad}))
+    assert out[1].error_kind is ErrorKind.ARGS_INVALID
+    assert calls(cat, "setpoint") == []
+    # a plan literal: no re-resolution changes it, so recovery must re-plan (was a bug:
+    # the failure named no literal, and the run spent a re-resolution on it)
+    assert out[1].failure is not None and out[1].failure.literal_args == ("value",)
+    nested = await run(cat, Step(id=1, tool="setpoint", args={"value": [1.0, bad]}))
+    assert nested[1].failure is not None and nested[1].failure.literal_args == ("value",)
+
+
+async def test_a_non_finite_resolved_value_is_refused_before_the_call() -> None:
+    """Kills res-nan-passes: a reference to an output holding NaN."""
+    cat = catalog()
+    out = await run(cat, Step(id=1, tool="sites"),
+                    Step(id=2, tool="setpoint", args={"value": Ref(1, ("level",))},
+                         depends_on=(1,)))
+    assert out[2].error_kind is ErrorKind.ARGS_INVALID
+    assert calls(cat, "setpoint") == []
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+async def test_non_finite_edited_arguments_are_refused_before_the_call(bad: float) -> None:
+    """Kills exec-call-nan-passes: the approval put a NaN/inf in the arguments."""
+    cat = catalog()
+    gate = Gate(ApprovalDecision(ApprovalAction.EDIT, args={"value": bad}, edited={"value": bad}))
+    setpoint = ToolCatalog([fake_tool("setpoint", {"ok": True}, args={"value": float},
+                                      hints=DESTRUCTIVE)])
+    out = await run(setpoint, Step(id=1, tool="setpoint", args={"value": 1.5}), approvals=gate)
+    assert out[1].error_kind is ErrorKind.ARGS_INVALID
+    assert calls(setpoint, "setpoint") == []
+    assert calls(cat, "setpoint") == []
