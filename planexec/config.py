@@ -127,6 +127,10 @@ class ExecutorSettings(_Settings):
     not started are recorded ``CANCELLED``, and the run ends ``CANCELLED`` with the
     reason ``run timeout of Ns exceeded``.
     """
+    callback_timeout: float = Field(default=10.0, gt=0)
+    """Seconds one trace event (a run's, a plan attempt's or a step's start or end) waits
+    for the langchain callback handlers. A handler that takes longer (or never returns)
+    is abandoned with a warning, and the run goes on untraced (`planexec.tracing`)."""
     max_output_chars: int | None = Field(default=1_000_000, ge=1)
     """The largest tool output kept, in characters (its text, or its JSON encoding);
     None for no limit. A larger output fails the step with ``TOOL_ERROR`` naming its

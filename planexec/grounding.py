@@ -34,9 +34,10 @@ like an identifier the outputs could have given:
   as found nowhere, never an error.
 
 Two other sources ground a value, recorded by name instead of a path: ``schema`` (the
-argument's schema names it: an ``enum`` or ``const`` value, or its default) and
-``feedback`` (on a re-resolution, the previous failure's message names it, word-bounded:
-``unit must be C or F`` grounds ``C``).
+argument's schema names it: an ``enum`` or ``const`` value, or its default) and ``plan``
+(a literal the plan wrote in the step's arguments names it, word-bounded). A message
+planexec wrote itself (a re-resolution's feedback, which quotes the rejected value) is
+never a source.
 """
 
 from __future__ import annotations
@@ -396,8 +397,8 @@ class OutputIndex:
             value: Its value.
             via: The filter that chose it, if any.
             extra: Other sources, by label: ``schema`` (the values the argument's
-                schema names) and ``feedback`` (a re-resolution's feedback text); a
-                value found there is grounded at that label.
+                schema names) and ``plan`` (the step's literals); a value found there
+                is grounded at that label.
         """
         paths: list[str] = []
         missing: list[str] = []

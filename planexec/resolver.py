@@ -51,7 +51,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Annotated, Any, Literal
@@ -224,6 +224,26 @@ class _Found:
     """The filters applied (``find(name='X')``)."""
     where: str
     """Its concrete place (``step_1[1].id``; ``len(step_1.assets)`` for a count)."""
+
+
+def _plan_literals(values: Iterable[Any]) -> list[Any]:
+    """The literal scalars the plan wrote in some argument values (references left out).
+
+    A template's literal text counts (its references do not); dict keys do not.
+    """
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, Ref):
+            continue
+        if isinstance(value, Template):
+            out += [p for p in value.parts if isinstance(p, str) and p.strip()]
+        elif isinstance(value, Mapping):
+            out += _plan_literals(value.values())
+        elif isinstance(value, list | tuple):
+            out += _plan_literals(value)
+        elif value is not None and not isinstance(value, bool):
+            out.append(value)
+    return out
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -1246,8 +1266,10 @@ class _Resolution:
     def sources(self, name: str) -> dict[str, list[Any]]:
         """Sources other than the outputs that ground a value of argument ``name``.
 
-        ``schema``: the enum/const/default values its schema names; ``feedback``: on a
-        re-resolution, the previous failure's message.
+        ``schema``: the enum/const/default values its schema names; ``plan``: the
+        literal values the plan wrote in this step's arguments. Never a message planexec
+        wrote itself (a re-resolution's feedback quotes the rejected value: counting it
+        would ground the very value it rejected).
         """
         out: dict[str, list[Any]] = {}
         if self.spec is not None:
@@ -1262,8 +1284,9 @@ class _Resolution:
                 named.append(prop["default"])
             if named:
                 out["schema"] = named
-        if self.feedback is not None:
-            out["feedback"] = [self.feedback.message]
+        literals = _plan_literals((*self.step.positional, *self.step.args.values()))
+        if literals:
+            out["plan"] = literals
         return out
 
     def check_grounding(self, filled: Mapping[str, Any]) -> dict[str, Grounding]:

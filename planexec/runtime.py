@@ -282,7 +282,11 @@ class Runtime:
             ``config`` or the runtime, no langchain tracing, no OpenTelemetry).
         """
         return await start_trace(
-            config, self.callbacks, run_id=run_id, inputs={"question": question}
+            config,
+            self.callbacks,
+            run_id=run_id,
+            inputs={"question": question},
+            handler_timeout=self.config.executor.callback_timeout,
         )
 
     def approval_gate(

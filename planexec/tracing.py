@@ -24,13 +24,23 @@ on (``LANGSMITH_TRACING=true``), or OpenTelemetry enabled with `enable_otel`. Ot
 attempt → step → model or tool call) with the GenAI semantic-convention attributes
 (``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``,
 ``gen_ai.tool.name``, ...). opentelemetry is imported only when a handler is built.
+
+**Handlers are bounded.** Each trace event (a chain run's start or end, for the run, a
+plan attempt or a step) waits at most ``handler_timeout`` seconds
+(``executor.callback_timeout``, `HANDLER_TIMEOUT` by default) for the handlers; a
+cancellation of the run (its ``run_timeout``, the caller's) is never held up by one. A
+handler that does not return in time (or ignores cancellation) is abandoned, still
+running, with a warning, and the run's trace is abandoned with it: later events of the
+run, and its model and tool calls, carry no callbacks. A synchronous handler marked
+``run_inline`` runs on the event loop's thread and cannot be bounded: keep those quick.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
@@ -41,6 +51,7 @@ from langchain_core.callbacks.manager import (
 from langchain_core.runnables import RunnableConfig as RunnableConfig  # re-exported
 from langchain_core.runnables import ensure_config
 
+from planexec._log import run_log
 from planexec.errors import MissingExtraError
 
 if TYPE_CHECKING:
@@ -51,6 +62,7 @@ if TYPE_CHECKING:
     from planexec.results import StepResult
 
 __all__ = [
+    "HANDLER_TIMEOUT",
     "CallbackRecorder",
     "OpenTelemetryHandler",
     "RunTrace",
@@ -64,6 +76,73 @@ _KIND = "planexec_kind"
 """Metadata key naming what a planexec chain run is: ``run``, ``attempt`` or ``step``."""
 
 _otel: OpenTelemetryHandler | None = None
+
+HANDLER_TIMEOUT = 10.0
+"""Seconds one trace event waits for the callback handlers before abandoning them."""
+
+_T = TypeVar("_T")
+_ABANDONED: set[asyncio.Task[Any]] = set()
+"""Handler calls abandoned still running (kept referenced until they end)."""
+
+
+class _HandlerHung(Exception):
+    """A trace event's handlers did not return within the handler timeout."""
+
+
+async def _bounded(aw: Awaitable[_T], timeout: float, what: str, run_id: str) -> _T:
+    """Await a trace event's handlers for at most ``timeout`` seconds.
+
+    The handlers run in a task of their own: a cancellation of the caller cancels them
+    and returns at once (never waiting for a handler that ignores it); on timeout they
+    are cancelled and abandoned the same way.
+
+    While the caller is being cancelled (closing a cancelled run) nobody waits: the
+    handlers get the event in a task left to run.
+
+    Raises:
+        _HandlerHung: the handlers did not return in time (a warning is logged), or
+            were not waited for (the caller is being cancelled).
+    """
+    task: asyncio.Task[_T] = asyncio.ensure_future(aw)
+    current = asyncio.current_task()
+    if current is not None and current.cancelling():
+        # closing a cancelled run: the handlers get the event, nobody waits for them
+        _detach(task)
+        raise _HandlerHung(what)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        _abandon(task)
+        raise
+    if done:
+        return task.result()
+    _abandon(task)
+    run_log(run_id).warning(
+        "a callback handler did not return from {} within {}s: abandoned (left running); "
+        "the rest of the run is not traced",
+        what,
+        timeout,
+    )
+    raise _HandlerHung(what)
+
+
+def _abandon(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    _detach(task)
+
+
+def _detach(task: asyncio.Task[Any]) -> None:
+    if task.done():
+        _forget(task)
+    else:
+        _ABANDONED.add(task)
+        task.add_done_callback(_forget)
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _ABANDONED.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned handler's error is not reported again
 
 
 def enable_otel(tracer_provider: Any = None) -> OpenTelemetryHandler:
@@ -107,6 +186,7 @@ async def start_trace(
     *,
     run_id: str,
     inputs: Mapping[str, Any],
+    handler_timeout: float = HANDLER_TIMEOUT,
 ) -> RunTrace | None:
     """Open a run's parent callback run, when the caller traces (else None).
 
@@ -117,10 +197,13 @@ async def start_trace(
         callbacks: More handlers (the agent's), inherited by every call of the run.
         run_id: planexec's id of the run (in every call's metadata).
         inputs: What the parent run is shown as its inputs.
+        handler_timeout: Seconds each trace event waits for the handlers (see the
+            module: a handler that takes longer is abandoned, and the trace with it).
 
     Returns:
         The run's trace, or None when nobody traces (no callbacks, no langchain
-        tracing, no OpenTelemetry).
+        tracing, no OpenTelemetry) or when the handlers did not return from the run's
+        start in time.
     """
     cfg = ensure_config(config)
     given = cfg.get("callbacks")
@@ -144,13 +227,21 @@ async def start_trace(
     for handler in extra:
         if handler not in manager.handlers:
             manager.add_handler(handler, inherit=True)
-    root = await manager.on_chain_start(
-        None,
-        dict(inputs),
-        run_id=cfg.get("run_id"),
-        name=cfg.get("run_name") or "planexec",
-    )
-    return RunTrace(root, run_id)
+    try:
+        root = await _bounded(
+            manager.on_chain_start(
+                None,
+                dict(inputs),
+                run_id=cfg.get("run_id"),
+                name=cfg.get("run_name") or "planexec",
+            ),
+            handler_timeout,
+            "the run's start",
+            run_id,
+        )
+    except _HandlerHung:
+        return None
+    return RunTrace(root, run_id, handler_timeout)
 
 
 def _child(
@@ -169,11 +260,20 @@ class RunTrace:
     executor, which ask it for each call's config (`model_config`, `tool_config`).
     """
 
-    def __init__(self, root: AsyncCallbackManagerForChainRun, run_id: str) -> None:
+    def __init__(
+        self,
+        root: AsyncCallbackManagerForChainRun,
+        run_id: str,
+        handler_timeout: float = HANDLER_TIMEOUT,
+    ) -> None:
         self.root = root
         """The run's parent callback run."""
         self.run_id = run_id
         """planexec's id of the run."""
+        self.handler_timeout = handler_timeout
+        """Seconds each trace event waits for the handlers."""
+        self.abandoned = False
+        """True once a handler hung: later events and calls are not traced."""
         self.attempt: AsyncCallbackManagerForChainRun | None = None
         """The executor round under way, if any."""
         self.steps: dict[int, AsyncCallbackManagerForChainRun] = {}
@@ -184,9 +284,26 @@ class RunTrace:
             return self.steps[step_id]
         return self.root
 
+    async def _event(self, aw: Awaitable[_T], what: str) -> _T | None:
+        """One trace event, bounded; None (and the trace abandoned) if a handler hung."""
+        if self.abandoned:
+            close = getattr(aw, "close", None)
+            if close is not None:
+                close()  # never awaited: not traced
+            return None
+        try:
+            return await _bounded(aw, self.handler_timeout, what, self.run_id)
+        except _HandlerHung:
+            self.abandoned = True
+            self.steps.clear()
+            self.attempt = None
+            return None
+
     def model_config(self, call: ModelCall) -> RunnableConfig:
         """The config of one model call: parented under its step (or the run)."""
         base = call.config()
+        if self.abandoned:
+            return RunnableConfig(metadata=base["metadata"])
         step = f" step {call.step_id}" if call.step_id is not None else ""
         return RunnableConfig(
             callbacks=self._parent(call.step_id).get_child(),
@@ -197,6 +314,11 @@ class RunTrace:
 
     def tool_config(self, step_id: int, tool: str) -> RunnableConfig:
         """The config of one tool call of step ``step_id``."""
+        if self.abandoned:
+            return RunnableConfig(
+                run_name=f"step {step_id} {tool}",
+                metadata={"planexec_step_id": step_id, "planexec_run_id": self.run_id},
+            )
         return RunnableConfig(
             callbacks=self._parent(step_id).get_child(),
             run_name=f"step {step_id} {tool}",
@@ -206,11 +328,16 @@ class RunTrace:
 
     async def start_attempt(self, version: int, steps: int) -> None:
         """Open the chain run of one executor round of plan version ``version``."""
+        if self.abandoned:
+            return
         manager = _child(self.root, {_KIND: "attempt", "planexec_plan_version": version})
-        self.attempt = await manager.on_chain_start(
-            None,
-            {"plan_version": version, "steps": steps},
-            name=f"planexec:plan attempt {version}",
+        self.attempt = await self._event(
+            manager.on_chain_start(
+                None,
+                {"plan_version": version, "steps": steps},
+                name=f"planexec:plan attempt {version}",
+            ),
+            f"the start of plan attempt {version}",
         )
 
     async def end_attempt(
@@ -221,43 +348,58 @@ class RunTrace:
         if attempt is None:
             return
         if error is not None:
-            await attempt.on_chain_error(error)
+            await self._event(attempt.on_chain_error(error), "a plan attempt's error")
             return
         done = results or ()
-        await attempt.on_chain_end(
-            {"steps": {str(r.step_id): str(r.status) for r in done}},
+        await self._event(
+            attempt.on_chain_end({"steps": {str(r.step_id): str(r.status) for r in done}}),
+            "the end of a plan attempt",
         )
 
     async def start_step(self, step_id: int, tool: str | None) -> None:
         """Open the chain run of one step (under the open attempt)."""
+        if self.abandoned:
+            return
         parent = self.attempt if self.attempt is not None else self.root
         manager = _child(parent, {_KIND: "step", "planexec_step_id": step_id})
-        self.steps[step_id] = await manager.on_chain_start(
-            None, {"step_id": step_id, "tool": tool}, name=f"planexec:step {step_id}"
+        started = await self._event(
+            manager.on_chain_start(
+                None, {"step_id": step_id, "tool": tool}, name=f"planexec:step {step_id}"
+            ),
+            f"the start of step {step_id}",
         )
+        if started is not None:
+            self.steps[step_id] = started
 
     async def end_step(self, result: StepResult) -> None:
         """Close a step's chain run with its status (and error, as data)."""
         step = self.steps.pop(result.step_id, None)
         if step is None:
             return
-        await step.on_chain_end(
-            {
-                "status": str(result.status),
-                "error": result.error,
-                "error_kind": str(result.error_kind) if result.error_kind else None,
-            }
+        await self._event(
+            step.on_chain_end(
+                {
+                    "status": str(result.status),
+                    "error": result.error,
+                    "error_kind": str(result.error_kind) if result.error_kind else None,
+                }
+            ),
+            f"the end of step {result.step_id}",
         )
 
     async def end(self, outputs: Mapping[str, Any], error: BaseException | None = None) -> None:
         """Close the run (after any open attempt and steps)."""
         for sid in list(self.steps):
-            await self.steps.pop(sid).on_chain_end({"status": "unfinished"})
+            step = self.steps.pop(sid, None)
+            if step is not None:
+                await self._event(
+                    step.on_chain_end({"status": "unfinished"}), f"the end of step {sid}"
+                )
         await self.end_attempt(None, error)
         if error is not None:
-            await self.root.on_chain_error(error)
+            await self._event(self.root.on_chain_error(error), "the run's error")
         else:
-            await self.root.on_chain_end(dict(outputs))
+            await self._event(self.root.on_chain_end(dict(outputs)), "the run's end")
 
 
 class OpenTelemetryHandler(BaseCallbackHandler):

@@ -195,7 +195,7 @@ async def test_a_value_without_candidates_of_its_kind_is_free() -> None:
     assert out.grounding["when"].status == "free"
 
 
-async def test_the_schema_and_the_feedback_ground_values_too() -> None:
+async def test_the_schema_grounds_values_too() -> None:
     from typing import Literal
 
     out = await resolve(step({"unit": hinted("unit_of_step_1")}),
@@ -584,3 +584,68 @@ def test_the_prose_form_picks_the_one_record_holding_the_value(
         assert out.args["x"] == oracle[0][wanted] and out.methods["x"] is M.FILTERED
     else:
         assert isinstance(out, ResolutionFailure), (hint, records, out)
+
+
+# -- issue 25, defect 8: a message planexec wrote itself is never a source -------------------
+
+
+@pytest.mark.parametrize("policy", ["reresolve", "fail"])
+async def test_the_feedback_quoting_an_invented_value_does_not_ground_it(policy: str) -> None:
+    # two rejected replies invent CWC04007; the failure (which quotes it) comes back as
+    # feedback; the model insists: the value is still found nowhere a source is
+    s = step({"asset_id": hinted("step_1_selected_asset_id")})
+    first = await resolve(s, spec_of(asset_id=str), answering(PLAUSIBLE), ungrounded="reresolve")
+    assert isinstance(first, ResolutionFailure) and "CWC04007" in first.message
+    resolver = ArgResolver(answering(PLAUSIBLE), ungrounded=policy)
+    again = await resolver.resolve(s, spec_of(asset_id=str), RESULTS,
+                                   feedback=first.to_error())
+    assert isinstance(again, ResolutionFailure), again
+    assert again.kind is ErrorKind.RESOLUTION_UNGROUNDED
+    assert "feedback" not in (again.grounding.get("asset_id") or Grounding("free")).paths
+
+
+async def test_the_plan_literals_of_the_step_ground_a_value() -> None:
+    # the step's own literal (written by the planner, not by planexec) is a source
+    s = step({"asset_id": hinted("step_1_selected_asset_id"), "also": "CWC04007"})
+    out = await resolve(s, spec_of(asset_id=str, also=str), answering(PLAUSIBLE),
+                        ungrounded="fail")
+    assert isinstance(out, ResolvedArgs), out
+    assert out.grounding["asset_id"].paths == ("plan",)
+
+
+@pytest.mark.parametrize("policy", ["reresolve", "fail"])
+async def test_an_invented_value_never_reaches_the_tool_through_re_resolution(
+    policy: str,
+) -> None:
+    from planexec.agent import PlanExecuteAgent
+
+    plan = (
+        '#Task1: assets\n#Tool1: assets\n#Args1: {}\n#Dependency1: None\n\n'
+        '#Task2: sensors\n#Tool2: sensors\n'
+        '#Args2: {"asset_id": "{step_1_selected_asset_id}"}\n#Dependency2: #S1\n'
+    )
+    called: list[Any] = []
+
+    def sensors(asset_id: str) -> dict[str, Any]:
+        called.append(asset_id)
+        return {"ok": 1}
+
+    def reply(call: ModelCall, messages: Sequence[BaseMessage]) -> str:
+        if call.purpose == "plan":
+            return plan
+        if call.purpose == "resolve":
+            return json.dumps(PLAUSIBLE)
+        return "ANSWER"
+
+    from langchain_core.tools import StructuredTool
+
+    tools = [fake_tool("assets", ASSETS),
+             StructuredTool.from_function(sensors, name="sensors", description="sensors")]
+    from planexec.config import AgentConfig
+
+    config = AgentConfig.model_validate(
+        {"resolver": {"ungrounded": policy}, "recovery": {"max_replans": 0}}
+    )
+    agent = PlanExecuteAgent(FunctionModel(function=reply), tools, config=config)
+    await agent.run("which sensors does the chiller have?")
+    assert "CWC04007" not in called

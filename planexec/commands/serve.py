@@ -43,9 +43,32 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=8000, help="HTTP port (default 8000)")
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="close an HTTP connection whose request headers are not complete within "
+        "SECONDS (default 10)",
+    )
+    p.add_argument(
         "--token",
         default=None,
         help=f"require 'Authorization: Bearer TOKEN' on HTTP requests (or set ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--tokens",
+        metavar="FILE",
+        default=None,
+        help="principals and their bearer tokens for --http (JSON or TOML: "
+        '{"tokens": {"alice": "...", "ops": "..."}, "admins": ["ops"]}): a run belongs to '
+        "the principal that started it, and other principals get 'no run' for it",
+    )
+    p.add_argument(
+        "--admin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a principal of --tokens that may read and decide every run (repeatable)",
     )
     p.add_argument(
         "--allowed-host",
@@ -103,7 +126,17 @@ def handle(args: argparse.Namespace) -> int:
 
     if not args.tools and not args.mcp_config:
         raise ConfigError("planexec serve needs --tools MODULE:ATTR or --mcp-config FILE")
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token: Any = args.token or os.environ.get(TOKEN_ENV) or None
+    admins: frozenset[str] = frozenset()
+    if args.admin and not args.tokens:
+        raise ConfigError("--admin names a principal of --tokens FILE; give the file")
+    if args.tokens:
+        from planexec.mcp.principals import load_principals
+
+        if args.token:
+            raise ConfigError("give --token or --tokens, not both")
+        principals = load_principals(args.tokens, args.admin)
+        token, admins = principals.tokens, principals.admins
     if args.http and not is_loopback(args.host) and not token:
         raise ConfigError(
             f"refusing to serve on {args.host} without a token: anyone who can reach it could "
@@ -142,6 +175,7 @@ def handle(args: argparse.Namespace) -> int:
             all_runs=args.all_runs,
             config=config,
             max_plan_chars=max_plan_chars,
+            admins=admins,
         )
 
     def ready(endpoint: str) -> None:
@@ -162,6 +196,7 @@ def handle(args: argparse.Namespace) -> int:
                 allowed_hosts=args.allowed_host,
                 allowed_origins=args.allowed_origin,
                 on_ready=ready,
+                header_timeout=args.header_timeout,
             )
         )
     finally:

@@ -39,6 +39,7 @@ from planexec.executor._state import (
 )
 from planexec.executor._step import ended_by, execute
 from planexec.plan import Plan, Step
+from planexec.plan_errors import step_failures
 from planexec.results import StepError, StepResult, StepStatus
 from planexec.stepfeed import FeedItem, PlanComplete, StepArrived, StepWithdrawn, same_work
 from planexec.tools import ToolCatalog
@@ -413,7 +414,8 @@ class ExecutorRun(RunState):
             self.reused.discard(sid)
         else:
             step = sched.steps.get(sid)
-            if ended and result.ok and step is not None and step.tool and not step.refs:
+            if (ended and result.ok and step is not None and step.tool and not step.refs
+                    and sid not in self.defects):
                 sched.spare.setdefault(call_key(step), result)  # for the same call elsewhere
             self.discarded.append(result)
             message = (
@@ -441,6 +443,7 @@ class ExecutorRun(RunState):
         """The whole plan: withdraw what it does not hold as arrived, admit the rest."""
         plan = item.plan
         self.dialect = plan.dialect
+        self.defects = step_failures(plan)
         for sid, result in item.prior.items():
             sched.prior[sid] = result
             if sid not in sched.steps:
@@ -448,7 +451,7 @@ class ExecutorRun(RunState):
         final = {s.id: s for s in plan.steps}
         for sid in list(sched.steps):
             last = final.get(sid)
-            if last is None or not same_work(last, sched.steps[sid]):
+            if last is None or not same_work(last, sched.steps[sid]) or sid in self.defects:
                 await self._withdraw(sched, sid, item.reason)
             else:
                 sched.steps[sid] = last  # the same work: its run (if any) stands

@@ -20,7 +20,7 @@ from planexec._log import step_log
 from planexec._text import as_text, cut
 from planexec.events import FallbackUsed
 from planexec.resolver import ArgResolver
-from planexec.results import ResolutionMethod, StepResult, StepStatus, Usage
+from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, Usage
 from planexec.tools import callbacks_around
 
 if TYPE_CHECKING:
@@ -156,6 +156,9 @@ class RunState:
         """Abandoned tool calls not ended yet (the executor's: they outlive runs)."""
         self.plan_version = plan_version
         self.dialect: str | None = None
+        self.defects: dict[int, StepError] = {}
+        """Steps an error diagnostic of the plan names, with why (`planexec.plan_errors`):
+        they never run."""
         self.results: dict[int, StepResult] = {}
         """Every result known in this run (prior ones included), by step id."""
         self.reused: set[int] = set()

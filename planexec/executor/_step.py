@@ -55,6 +55,9 @@ async def execute(
         ctx.tool, ctx.server = spec.name, spec.server or step.server
     _check_references(step, results, plan_ids)
     _check_upstream(step, results)
+    defect = run.defects.get(step.id)
+    if defect is not None:  # named by an error diagnostic: never runs (plan_errors)
+        raise StepFailed(StepStatus.FAILED, defect.kind, defect.message, failure=defect)
 
     bus = run.bus
     if bus.listening:  # no subscriber: no event to build

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planexec._log import logger
 from planexec.errors import ConfigError, PlanexecError, require_extra
+from planexec.mcp.principals import PRINCIPAL_KEY, principal_of
 from planexec.results import jsonable, new_run_id
 
 require_extra("mcp", "mcp")
@@ -538,27 +539,6 @@ def _parse(text: str, dialect: str, catalog: ToolCatalog | None = None) -> Plan:
         raise ToolError(f"cannot parse the plan: {exc}") from exc
 
 
-def _literal_arg_errors(plan: Plan, catalog: ToolCatalog) -> list[str]:
-    """Type-check the arguments of steps that refer to no other step."""
-    problems: list[str] = []
-    for step in plan.steps:
-        if step.tool is None or step.refs or step.positional or not step.args_valid:
-            continue
-        if not catalog.has(step.tool, step.server):
-            continue
-        try:
-            catalog.validate(step.tool, dict(step.args), step.server)
-        except KeyError:  # an ambiguous name: check_plan reports it
-            continue
-        except ValidationError as exc:
-            errs = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(args)'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            problems.append(f"step {step.id} ({step.tool}): invalid arguments: {errs}")
-    return problems
-
-
 def _pending_out(requests: Iterable[Any]) -> list[PendingApprovalOut]:
     """`planexec.approval.ApprovalRequest` objects as MCP outputs."""
     return [
@@ -828,6 +808,7 @@ def build_server(
     all_runs: bool = False,
     config: AgentConfig | None = None,
     max_plan_chars: int = MAX_PLAN_CHARS,
+    admins: Collection[str] = (),
 ) -> MCPServer[Any]:
     """Build the planexec MCP server over a set of tools.
 
@@ -858,6 +839,9 @@ def build_server(
             defaults otherwise).
         max_plan_chars: The longest plan text the plan tools accept; longer text is an
             error result.
+        admins: Principals (`planexec.mcp.principals`) that may read and decide every
+            run of the store. With principals (``serve(tokens=...)``) a run belongs to
+            the principal that started it: any other gets "no run" for it.
 
     Raises:
         ConfigError: the config names tools that are not among ``tools``, or
@@ -966,10 +950,12 @@ def build_server(
         description=(
             "Execute plan text: steps run in dependency order (in parallel where possible), "
             "references to earlier results are resolved, and each step's result or error is "
-            "returned. Sends a progress notification as each step finishes. A plan that does "
-            "not validate (unknown tools, bad references, arguments of the wrong type) is "
-            "rejected with an error before anything runs. A large run returns its run id, "
-            "status counts and first step results; get_run pages through the rest."
+            "returned. Sends a progress notification as each step finishes. A step named by an "
+            "error diagnostic (an unknown tool, a bad reference, unreadable arguments) does "
+            "not run and fails with its kind, the steps depending on it fail "
+            "UPSTREAM_FAILED, and the rest runs (validate_plan checks a plan first). A large "
+            "run returns its run id, status counts and first step results; get_run pages "
+            "through the rest."
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
@@ -980,20 +966,12 @@ def build_server(
         from planexec.results import RunStatus, StepStatus, Usage
         from planexec.runs import execute_recorded
 
+        # a plan with error diagnostics runs as everywhere (planexec.plan_errors): the
+        # steps they name fail, with their dependants; the rest runs
         plan = await parsed(text, dialect, check=True)
-        problems = await anyio.to_thread.run_sync(
-            lambda: [str(d) for d in plan.errors] + _literal_arg_errors(plan, catalog)
-        )
-        if problems:
-            shown = problems[:50]
-            more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-            raise ToolError(
-                "the plan cannot run as written:\n"
-                + "\n".join(f"  - {p}" for p in shown)
-                + more
-            )
         run_id = new_run_id()
         own_runs.add(run_id)
+        await _claim(store, run_id, principal_of(ctx))
         bus = EventBus()
         _attach_store(store, bus)
         total = len(plan.steps)
@@ -1104,17 +1082,24 @@ def build_server(
         agent = PlanExecuteAgent(model, list(tools), store=recording, **options)
         seen = EventBus()
         requests = _requests_on(seen)
+        run_id = new_run_id()
+        await _claim(store, run_id, principal_of(ctx))
         try:
-            run = await agent.run(question, event_handlers=[on_event, seen.emit])
+            run = await agent.run(
+                question, run_id=run_id, event_handlers=[on_event, seen.emit]
+            )
         finally:
-            if agent.last_run is not None:
-                own_runs.add(agent.last_run.run_id)
+            own_runs.add(run_id)
         return _model_result(_run_result(run, requests))
 
-    def visible(run_id: str, tool: str) -> None:
+    def visible(run_id: str, tool: str, ctx: Any) -> None:
         """Refuse a run this server may not show (the same limits as get_run)."""
         if store is None:
             raise ToolError("no run store: start the server with --store PATH")
+        principal = principal_of(ctx)
+        if principal is not None:
+            _owned_or_refused(store, run_id, principal, admins, tool)
+            return
         if not all_runs and run_id not in own_runs:
             # the same message as an unknown id: other runs' existence is not revealed
             raise ToolError(
@@ -1123,11 +1108,13 @@ def build_server(
                 "--all-runs)"
             )
 
-    async def decide(run_id: str, step: int, decision: Any, tool: str) -> DecisionResult:
+    async def decide(
+        run_id: str, step: int, decision: Any, tool: str, ctx: Any
+    ) -> DecisionResult:
         from planexec.errors import ApprovalError, RunNotFoundError
         from planexec.runs import decide_step, waiting_steps
 
-        visible(run_id, tool)
+        visible(run_id, tool, ctx)
         try:
             decided = await decide_step(store, run_id, step, decision, catalog=catalog)
         except RunNotFoundError as exc:
@@ -1150,14 +1137,18 @@ def build_server(
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
     )
     async def approve_step(
-        run_id: RunId, step: StepNumber, args: EditedArgs = None, by: DecidedBy = "mcp client"
+        run_id: RunId,
+        step: StepNumber,
+        ctx: Context,
+        args: EditedArgs = None,
+        by: DecidedBy = "mcp client",
     ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
         from planexec.approval import ApprovalDecision
 
         decision = (
             ApprovalDecision.edit(args, by=by) if args else ApprovalDecision.approve(by=by)
         )
-        return _model_result(await decide(run_id, step, decision, "approve_step"))
+        return _model_result(await decide(run_id, step, decision, "approve_step", ctx))
 
     @register(
         description=(
@@ -1168,14 +1159,18 @@ def build_server(
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
     )
     async def reject_step(
-        run_id: RunId, step: StepNumber, reason: Reason, by: DecidedBy = "mcp client"
+        run_id: RunId,
+        step: StepNumber,
+        reason: Reason,
+        ctx: Context,
+        by: DecidedBy = "mcp client",
     ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
         from planexec.approval import ApprovalDecision
 
         if not reason.strip():
             raise ToolError("the reason is empty: say why (the planner is told)")
         decision = ApprovalDecision.reject(reason, by=by)
-        return _model_result(await decide(run_id, step, decision, "reject_step"))
+        return _model_result(await decide(run_id, step, decision, "reject_step", ctx))
 
     @register(
         description=(
@@ -1188,13 +1183,13 @@ def build_server(
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
     async def cancel_run(
-        run_id: RunId, reason: CancelReason = "cancelled by an MCP client",
+        run_id: RunId, ctx: Context, reason: CancelReason = "cancelled by an MCP client",
         by: DecidedBy = "mcp client",
     ) -> Annotated[mcp_types.CallToolResult, CancelResult]:
         from planexec.cancelling import cancel_run as cancel
         from planexec.errors import RunError, RunNotFoundError
 
-        visible(run_id, "cancel_run")
+        visible(run_id, "cancel_run", ctx)
         try:
             outcome = await cancel(store, run_id, reason=reason, by=by)
         except RunNotFoundError as exc:
@@ -1217,13 +1212,15 @@ def build_server(
         ),
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
-    async def resume_run(run_id: RunId) -> Annotated[mcp_types.CallToolResult, AskResult]:
+    async def resume_run(
+        run_id: RunId, ctx: Context
+    ) -> Annotated[mcp_types.CallToolResult, AskResult]:
         from planexec.agent import PlanExecuteAgent
         from planexec.errors import RunError, RunNotFoundError
         from planexec.events import EventBus
         from planexec.runs import resume_run as resume
 
-        visible(run_id, "resume_run")
+        visible(run_id, "resume_run", ctx)
         agent = PlanExecuteAgent(model, list(tools), store=recording, **options)
         seen = EventBus()
         requests = _requests_on(seen)
@@ -1247,9 +1244,9 @@ def build_server(
         annotations=mcp_types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
     async def get_run(
-        run_id: RunId, offset: Offset = 0, limit: Limit = DEFAULT_PAGE
+        run_id: RunId, ctx: Context, offset: Offset = 0, limit: Limit = DEFAULT_PAGE
     ) -> Annotated[mcp_types.CallToolResult, GetRunResult]:
-        visible(run_id, "get_run")
+        visible(run_id, "get_run", ctx)
         return _model_result(await _load_run(store, run_id, offset, limit))
 
     return tools_only(
@@ -1262,6 +1259,26 @@ def build_server(
             subscriptions=False,
         )
     )
+
+
+async def _claim(store: Any, run_id: str, principal: str | None) -> None:
+    """Record the principal that starts a run (nothing without principals or a store)."""
+    if principal is None or store is None:
+        return
+    await anyio.to_thread.run_sync(lambda: store.set_owner(run_id, principal))
+
+
+def _owned_or_refused(
+    store: Any, run_id: str, principal: str, admins: Collection[str], tool: str
+) -> None:
+    """Refuse (as an unknown id) a run another principal started; admins see every run."""
+    if principal in admins:
+        return
+    if store.owner(run_id) != principal:
+        raise ToolError(
+            f"no run with id {run_id!r} started by you ({tool} sees only the runs your "
+            "token started)"
+        )
 
 
 def _run_result(run: Any, requests: Mapping[int, Any]) -> AskResult:
@@ -1375,14 +1392,35 @@ ASGIApp = Callable[
 ]
 
 
-def bearer_auth(app: ASGIApp, token: str) -> ASGIApp:
+_NOBODY = object()
+"""`_bearer_principal`'s answer for a missing or wrong token."""
+
+
+def _bearer_principal(
+    scheme: bytes, credentials: bytes, expected: Sequence[tuple[str | None, bytes]]
+) -> Any:
+    """The principal a bearer token names (None: the one unnamed token), else `_NOBODY`.
+
+    Every token is compared (in constant time), whichever matches.
+    """
+    found: Any = _NOBODY
+    for name, value in expected:
+        if hmac.compare_digest(credentials, value) and scheme.lower() == b"bearer":
+            found = name
+    return found
+
+
+def bearer_auth(app: ASGIApp, token: str | Mapping[str, str]) -> ASGIApp:
     """Wrap an ASGI app so every HTTP request needs ``Authorization: Bearer <token>``.
 
     The scheme is matched case-insensitively (RFC 7235) and the token compared in
     constant time; other scopes (lifespan) pass through. A missing or wrong token gets
-    ``401`` with ``WWW-Authenticate: Bearer``.
+    ``401`` with ``WWW-Authenticate: Bearer``. ``token`` may map principals to their
+    tokens (`planexec.mcp.principals`): the request's principal is then put in its scope
+    under `planexec.mcp.principals.PRINCIPAL_KEY`.
     """
-    expected = token.encode()
+    named = {None: token} if isinstance(token, str) else dict(token)
+    expected = [(name, value.encode()) for name, value in named.items()]
 
     async def wrapped(
         scope: dict[str, Any],
@@ -1398,7 +1436,8 @@ def bearer_auth(app: ASGIApp, token: str) -> ASGIApp:
                 given = value
                 break
         scheme, _, credentials = given.strip().partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials.strip(), expected):
+        who = _bearer_principal(scheme, credentials.strip(), expected)
+        if who is _NOBODY:
             body = json.dumps(
                 {"error": "unauthorized", "error_description": "a valid bearer token is required"}
             ).encode()
@@ -1415,6 +1454,8 @@ def bearer_auth(app: ASGIApp, token: str) -> ASGIApp:
             )
             await send({"type": "http.response.body", "body": body})
             return
+        if who is not None:
+            scope[PRINCIPAL_KEY] = who
         await app(scope, receive, send)
 
     return wrapped
@@ -1522,10 +1563,11 @@ async def serve(
     http: bool = False,
     host: str = "127.0.0.1",
     port: int = 8000,
-    token: str | None = None,
+    token: str | Mapping[str, str] | None = None,
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     on_ready: Callable[[str], None] | None = None,
+    header_timeout: float | None = None,
 ) -> None:
     """Run a planexec MCP server until it is stopped.
 
@@ -1541,10 +1583,15 @@ async def serve(
         http: Serve streamable HTTP at ``http://host:port/mcp`` instead of stdio.
         host: The address to bind (loopback by default).
         port: The port to bind (0: any free port; ``on_ready`` gets the one bound).
-        token: Require this bearer token on every HTTP request.
+        token: Require this bearer token on every HTTP request; or a mapping of
+            principals to their tokens (`planexec.mcp.principals`): each request's
+            principal then owns the runs it starts.
         allowed_hosts: More ``Host`` header values to accept (see `allowed_hosts_for`).
         allowed_origins: More ``Origin`` header values to accept.
         on_ready: Called with the endpoint once the server listens.
+        header_timeout: Seconds an HTTP request may take to complete its headers
+            (`planexec.mcp.http_guard`; `HEADER_TIMEOUT` by default): a slower
+            connection is closed, so held connections cannot exhaust the descriptors.
 
     Raises:
         ConfigError: the address cannot be bound.
@@ -1569,7 +1616,12 @@ async def serve(
         app: Any = server.streamable_http_app(host=host, transport_security=security)
         if token:
             app = bearer_auth(app, token)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        from planexec.mcp.http_guard import HEADER_TIMEOUT, uvicorn_options
+
+        deadline = HEADER_TIMEOUT if header_timeout is None else header_timeout
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", **uvicorn_options(deadline)
+        )
         userver = uvicorn.Server(config)
         endpoint = f"http://{host_header(host)}:{bound}/mcp"
 

@@ -464,6 +464,17 @@ class RunStore(Protocol):
 
     def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
         """Every request of a run (withdrawn and superseded ones too), in the order opened."""
+
+    def set_owner(self, run_id: str, principal: str) -> None:
+        """Record the principal that started a run (the first one recorded stands).
+
+        Used by a shared ``planexec serve --http`` with principals
+        (`planexec.mcp.principals`): only the owner (or an admin) may read or decide it.
+        """
+        ...
+
+    def owner(self, run_id: str) -> str | None:
+        """The principal that started a run (None: none was recorded)."""
         ...
 
     def close(self) -> None:

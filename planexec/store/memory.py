@@ -83,6 +83,7 @@ class MemoryRunStore:
         self._requests: dict[str, list[ApprovalRecord]] = {}
         self._written: dict[int, Event] = {}
         """Events a store method wrote itself: ignored when a bus delivers them."""
+        self._owners: dict[str, str] = {}
 
     # -- recording -----------------------------------------------------------------
 
@@ -393,6 +394,16 @@ class MemoryRunStore:
         """Every request of a run, in the order opened."""
         with self._lock:
             return list(self._requests.get(run_id, []))
+
+    def set_owner(self, run_id: str, principal: str) -> None:
+        """Record the principal that started a run (the first one recorded stands)."""
+        with self._lock:
+            self._owners.setdefault(run_id, principal)
+
+    def owner(self, run_id: str) -> str | None:
+        """The principal that started a run (None: none was recorded)."""
+        with self._lock:
+            return self._owners.get(run_id)
 
     def close(self) -> None:
         """Nothing to release."""

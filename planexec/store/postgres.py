@@ -183,9 +183,17 @@ def _migrate_v2(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
+def _migrate_owners(conn: psycopg.Connection[Any]) -> None:
+    """The principal that started each run (a shared ``planexec serve --http``)."""
+    conn.execute(
+        "CREATE TABLE run_owners (run_id TEXT PRIMARY KEY, principal TEXT NOT NULL, "
+        "created_at DOUBLE PRECISION NOT NULL)"
+    )
+
+
 Migration = tuple[int, Callable[["psycopg.Connection[Any]"], None]]
 
-MIGRATIONS: list[Migration] = [(1, _migrate_v1), (2, _migrate_v2)]
+MIGRATIONS: list[Migration] = [(1, _migrate_v1), (2, _migrate_v2), (3, _migrate_owners)]
 """Schema steps ``(version, apply)`` in order; a database at version N gets every step > N."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -767,6 +775,28 @@ class PostgresRunStore:
     def get_lease(self, run_id: str) -> Lease | None:
         """The run's lease as recorded, or None."""
         return self._read(lambda conn: self._lease_row(conn, run_id))
+
+    def set_owner(self, run_id: str, principal: str) -> None:
+        """Record the principal that started a run (the first one recorded stands)."""
+        now = time.time()
+
+        def insert(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "INSERT INTO run_owners (run_id, principal, created_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (run_id) DO NOTHING",
+                (run_id, principal, now),
+            )
+
+        self._cas(run_id, insert)
+
+    def owner(self, run_id: str) -> str | None:
+        """The principal that started a run (None: none was recorded)."""
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT principal FROM run_owners WHERE run_id = %s", (run_id,)
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
 
     @staticmethod
     def _latest_request(

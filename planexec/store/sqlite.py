@@ -211,10 +211,19 @@ def _migrate_v4(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_owners(conn: sqlite3.Connection) -> None:
+    """The principal that started each run (a shared ``planexec serve --http``)."""
+    conn.execute(
+        "CREATE TABLE run_owners (run_id TEXT PRIMARY KEY, principal TEXT NOT NULL, "
+        "created_at REAL NOT NULL)"
+    )
+
+
 Migration = tuple[int, Callable[[sqlite3.Connection], None]]
 
 MIGRATIONS: list[Migration] = [
-    (1, _migrate_v1), (2, _migrate_v2), (3, _migrate_v3), (4, _migrate_v4)
+    (1, _migrate_v1), (2, _migrate_v2), (3, _migrate_v3), (4, _migrate_v4),
+    (5, _migrate_owners),
 ]
 """Schema steps ``(version, apply)`` in order; a file at version N gets every step > N."""
 
@@ -1307,6 +1316,28 @@ class SQLiteRunStore:
             return [_request_from_text(r[0]) for r in rows]
 
         return self._read(read)
+
+    def set_owner(self, run_id: str, principal: str) -> None:
+        """Record the principal that started a run (the first one recorded stands)."""
+        now = time.time()
+
+        def apply(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR IGNORE INTO run_owners (run_id, principal, created_at) "
+                "VALUES (?, ?, ?)",
+                (run_id, principal, now),
+            )
+
+        self._write(apply)
+
+    def owner(self, run_id: str) -> str | None:
+        """The principal that started a run (None: none was recorded)."""
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT principal FROM run_owners WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
 
     # -- reading ---------------------------------------------------------------------
 

@@ -247,3 +247,38 @@ def test_finish_twice_or_feed_after_finish_is_a_bug() -> None:
         p.feed("x")
     with pytest.raises(ValueError, match="dialect"):
         StreamingPlanParser("yaml")
+
+
+# -- issue 25, defect 13: the block-alone fast path against the whole-prefix parse -------
+
+
+def _prefix_steps(text: str, dialect: str) -> dict[int, Step]:
+    """The general path: `parse_plan` of the completed prefix, as the parser used to."""
+    from planexec.parsing.streaming import _BLOCK_START_RE
+
+    lines = text.splitlines(keepends=True)
+    complete = [i for i, line in enumerate(lines) if line.endswith("\n")]
+    starts = [i for i in complete if _BLOCK_START_RE.match(lines[i])]
+    if not starts:
+        return {}
+    prefix = "".join(lines[: starts[-1]])
+    try:
+        return {s.id: s for s in parse_plan(prefix, dialect).steps}
+    except PlanParseError:
+        return {}
+
+
+@pytest.mark.parametrize("dialect", ["hashstep", "rewoo", "llmcompiler"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=gen_plans(), prose=st.booleans())
+def test_what_is_reported_line_by_line_is_the_whole_prefix_parse(
+    dialect: str, steps: list[GenStep], prose: bool
+) -> None:
+    # a plan long enough for whole parses and blocks parsed alone to take turns
+    text = ("Here is the plan:\n" if prose else "") + render(dialect, steps * 8)
+    parser = StreamingPlanParser(dialect)
+    fed = ""
+    for line in text.splitlines(keepends=True):
+        parser.feed(line)
+        fed += line
+        assert {s.id: s for s in parser.steps} == _prefix_steps(fed, dialect)

@@ -21,6 +21,7 @@ from planexec.events import (
 from planexec.plan import Plan, Step
 from planexec.results import RunStatus, StepResult, StepStatus
 from planexec.store import RunStore, SQLiteRunStore
+from planexec.store.sqlite import SCHEMA_VERSION
 
 STEPS = 5
 
@@ -111,7 +112,7 @@ def test_two_processes_opening_a_new_file_at_once_both_migrate_safely(tmp_path: 
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     with SQLiteRunStore(path) as store:
-        assert store.schema_version() == SQLiteRunStore(path).schema_version() == 4
+        assert store.schema_version() == SQLiteRunStore(path).schema_version() == SCHEMA_VERSION
         assert_complete(store, [f"{p}-{j}" for p in "ab" for j in range(3)])
 
 

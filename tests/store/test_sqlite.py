@@ -30,7 +30,7 @@ def test_a_new_file_is_created_in_wal_mode_at_the_current_schema(tmp_path: Path)
     with SQLiteRunStore(path) as store:
         assert path.exists()
         assert store.journal_mode() == "wal"
-        assert store.schema_version() == SCHEMA_VERSION == 4
+        assert store.schema_version() == SCHEMA_VERSION == 5
 
 
 async def test_runs_survive_closing_and_reopening_the_file(tmp_path: Path) -> None:
