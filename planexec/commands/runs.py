@@ -435,14 +435,10 @@ def resume_command(
 
 
 def interrupted_message(args: argparse.Namespace, run_id: str) -> str:
-    """What Ctrl-C leaves: the run recorded ``CANCELLED`` (final: it does not resume).
-
-    The command shown is the one that shows what it did (``--store`` as given).
-    """
-    where = f" --store {shlex.quote(str(args.store))}" if getattr(args, "store", None) else ""
+    """What Ctrl-C leaves: the run recorded (``CANCELLED``) and how to continue it."""
     return (
-        f"planexec: interrupted: run {run_id} is recorded CANCELLED (a cancelled run does "
-        f"not resume; what it did: planexec runs show {run_id}{where})"
+        f"planexec: interrupted: run {run_id} is recorded (CANCELLED); continue it with: "
+        + resume_command(args, run_id)
     )
 
 

@@ -63,7 +63,7 @@ def _read_until(proc: subprocess.Popen[str], needle: str, deadline: float) -> st
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_ctrl_c_prints_the_run_and_the_command_that_shows_it(tmp_path: Path) -> None:
+def test_ctrl_c_prints_the_run_and_the_command_that_continues_it(tmp_path: Path) -> None:
     module = tmp_path / "gate_tools_for_continue.py"
     module.write_text(TOOLS, encoding="utf-8")
     plan = tmp_path / "plan.txt"
@@ -81,7 +81,7 @@ def test_ctrl_c_prints_the_run_and_the_command_that_shows_it(tmp_path: Path) -> 
         deadline = time.monotonic() + 60
         assert "TOOL STARTED" in _read_until(proc, "TOOL STARTED", deadline)
         proc.send_signal(signal.SIGINT)
-        said = _read_until(proc, "planexec runs show", deadline)
+        said = _read_until(proc, "continue it with:", deadline)
         said += proc.stderr.read() if proc.stderr else ""
         assert proc.wait(timeout=60) == 130
     finally:
@@ -90,17 +90,21 @@ def test_ctrl_c_prints_the_run_and_the_command_that_shows_it(tmp_path: Path) -> 
             proc.wait(timeout=10)
         if proc.stderr is not None:
             proc.stderr.close()
-    line = next(x for x in said.splitlines() if "planexec runs show" in x)
-    words = shlex.split(line.split("what it did: ", 1)[1].rstrip(")"))
-    assert words[:3] == ["planexec", "runs", "show"] and "--store" in words
+    line = next(x for x in said.splitlines() if "continue it with:" in x)
+    command = line.split("continue it with: ", 1)[1]
+    words = shlex.split(command)
+    assert words[:3] == ["planexec", "runs", "resume"] and "--store" in words
     run_id = words[3]
-    assert f"run {run_id} is recorded CANCELLED" in line
-    shown = subprocess.run(
-        [*cli, *words[1:]], capture_output=True, text=True, env=env, cwd=tmp_path / "..",
+    assert f"run {run_id}" in line
+    (tmp_path / "open").write_text("", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"  # the command works from another folder too
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [*cli, *words[1:]], capture_output=True, text=True, env=env, cwd=elsewhere,
         timeout=120, check=False,
     )
-    assert shown.returncode == 0, shown.stderr
-    assert f"run {run_id}  CANCELLED" in shown.stdout
+    assert done.returncode == 0, done.stderr
+    assert f"run {run_id}: SUCCEEDED" in done.stdout
 
 
 def test_a_paused_library_run_is_continued_with_its_tools_named(
