@@ -13,8 +13,9 @@ drives the run:
 - **no live driver** (waiting for approval, interrupted): the run is ``CANCELLED`` at
   once, and its open approval requests are withdrawn.
 
-A cancelled run does not resume (`planexec.runs.plan_resume` refuses it), and no decision
-is recorded for it.
+A run with a cancel request does not resume (`planexec.runs.plan_resume` refuses it), and
+no decision is recorded for it. A run its own caller stopped (Ctrl-C, a cancelled task)
+is ``CANCELLED`` too but records no request: it may be resumed, or cancelled for good.
 """
 
 from __future__ import annotations
@@ -70,8 +71,12 @@ async def cancel_run(
         RunError: the run has already finished.
     """
     record = store.get_run(run_id)
-    if record.status in _FINISHED:
+    earlier = store.cancel_request(run_id)
+    if earlier is not None:
+        raise RunError(f"run {run_id} was already {earlier.describe()}")
+    if record.status in _FINISHED and record.status is not RunStatus.CANCELLED:
         raise RunError(f"run {run_id} is already {record.status.value}: nothing to cancel")
+    # a run stopped by its own caller (Ctrl-C: CANCELLED, resumable) becomes final here
     event = RunCancelRequested(run_id=run_id, reason=reason, by=by)
     await store.handle(event)
     await store.flush()

@@ -307,10 +307,10 @@ def plan_resume(
     """
     record = store.get_run(run_id)
     cancelled = store.cancel_request(run_id)
-    if cancelled is not None or record.status is RunStatus.CANCELLED:
-        why = f": {cancelled.describe()}" if cancelled is not None else ""
+    if cancelled is not None:  # asked to stop (runs cancel, MCP): final; Ctrl-C is not
         raise RunCancelledError(
-            f"run {run_id} was cancelled{why}; a cancelled run does not resume", run_id=run_id
+            f"run {run_id} was {cancelled.describe()}; a cancelled run does not resume",
+            run_id=run_id,
         )
     if (
         record.status is RunStatus.RUNNING

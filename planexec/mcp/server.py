@@ -1011,9 +1011,17 @@ def build_server(
         ).executor
         # recorded as `planexec run` records a plan, so `planexec runs resume` can continue it
         recorded = {**runtime.config.model_dump(mode="json"), **extra_config}
-        results = await execute_recorded(
-            executor, plan, text, bus=bus, store=store, config=recorded
-        )
+        try:
+            results = await execute_recorded(
+                executor, plan, text, bus=bus, store=store, config=recorded
+            )
+        except (asyncio.CancelledError, anyio.get_cancelled_exc_class()):
+            # the client cancelled its request (notifications/cancelled): a cancel request
+            # like any other, so the run is final (recorded even while being cancelled)
+            if store is not None:
+                with anyio.CancelScope(shield=True):
+                    await _record_client_cancel(store, run_id)
+            raise
         order = {sid: i for i, sid in enumerate(plan.ids)}
         results = sorted(results, key=lambda r: order.get(r.step_id, len(order)))
         waiting = [r.step_id for r in results if r.status is StepStatus.WAITING_APPROVAL]
@@ -1279,6 +1287,19 @@ def _owned_or_refused(
             f"no run with id {run_id!r} started by you ({tool} sees only the runs your "
             "token started)"
         )
+
+
+async def _record_client_cancel(store: Any, run_id: str) -> None:
+    """Record that an MCP client cancelled the ``execute_plan`` request of ``run_id``."""
+    from planexec.events import RunCancelRequested
+
+    await store.handle(
+        RunCancelRequested(
+            run_id=run_id, reason="the client cancelled its execute_plan request",
+            by="mcp client",
+        )
+    )
+    await store.flush()
 
 
 def _run_result(run: Any, requests: Mapping[int, Any]) -> AskResult:

@@ -155,3 +155,32 @@ async def test_a_library_run_stops_when_another_store_handle_asks(tmp_path: Path
     finally:
         store.close()
         other.close()
+
+
+async def test_a_run_its_caller_stopped_may_resume_until_it_is_cancelled_for_good(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (a cancelled task) leaves the run CANCELLED but resumable: no request was
+    recorded. `cancel_run` then makes it final."""
+    store = SQLiteRunStore(tmp_path / "runs.sqlite3")
+    try:
+        agent = PlanExecuteAgent(None, TOOLS, store=store)
+        task = asyncio.create_task(agent.execute_plan(SLOW_PLAN))
+        for _ in range(600):  # bounded: 60 s
+            await asyncio.sleep(0.1)
+            runs = store.list_runs()
+            if runs and store.started_calls_without_result(runs[0].run_id):
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        run_id = store.list_runs()[0].run_id
+        assert store.get_run(run_id).status is RunStatus.CANCELLED
+        assert store.cancel_request(run_id) is None
+        plan_resume(store, run_id, is_safe=lambda tool: True)  # not refused
+        outcome = await cancel_run(store, run_id, reason="for good", by="ops")
+        assert outcome.stopped
+        with pytest.raises(RunCancelledError):
+            plan_resume(store, run_id, is_safe=lambda tool: True)
+    finally:
+        store.close()

@@ -13,8 +13,10 @@ from cancel_tools import PAY_PLAN, SLOW_PLAN, TOOLS  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from planexec.config import AgentConfig  # noqa: E402
+from planexec.errors import RunCancelledError  # noqa: E402
 from planexec.mcp.server import build_server  # noqa: E402
 from planexec.results import RunStatus  # noqa: E402
+from planexec.runs import plan_resume  # noqa: E402
 from planexec.store import SQLiteRunStore  # noqa: E402
 
 pytestmark = pytest.mark.mcp
@@ -85,5 +87,9 @@ async def test_a_client_cancelling_its_execute_plan_cancels_the_run(tmp_path: Pa
                     break
                 await asyncio.sleep(0.1)
         assert store.get_run(run_id).status is RunStatus.CANCELLED
+        request = store.cancel_request(run_id)  # a durable request, like any other
+        assert request is not None and request.by == "mcp client"
+        with pytest.raises(RunCancelledError):
+            plan_resume(store, run_id, is_safe=lambda tool: True)
     finally:
         store.close()
