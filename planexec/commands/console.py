@@ -10,7 +10,7 @@ from typing import Any
 
 from planexec.commands._args import port_number
 from planexec.commands.runs import add_store_arguments
-from planexec.errors import require_extra
+from planexec.errors import ConfigError, require_extra
 
 __all__ = ["TOKEN_ENV", "register"]
 
@@ -40,6 +40,20 @@ def register(subparsers: Any) -> None:
         "logs in once at /login?token=TOKEN",
     )
     p.add_argument(
+        "--tokens",
+        metavar="FILE",
+        default=None,
+        help="principals and their tokens (the file `planexec serve --tokens` reads): each "
+        "sees only the runs the store records as theirs; admins see every run",
+    )
+    p.add_argument(
+        "--admin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a principal of --tokens that sees every run (repeatable)",
+    )
+    p.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -63,6 +77,15 @@ def cmd_console(args: argparse.Namespace) -> int:
     from planexec.store import open_store
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    principals = None
+    if args.admin and not args.tokens:
+        raise ConfigError("--admin names a principal of --tokens FILE; give the file")
+    if args.tokens:
+        from planexec.mcp.principals import load_principals
+
+        if token:
+            raise ConfigError("give --token or --tokens, not both")
+        principals = load_principals(args.tokens, args.admin)
     store = open_store(args.store)
 
     def ready(address: str) -> None:
@@ -75,6 +98,7 @@ def cmd_console(args: argparse.Namespace) -> int:
                 host=args.host,
                 port=args.port,
                 token=token,
+                principals=principals,
                 allowed_hosts=args.allowed_host,
                 allowed_origins=args.allowed_origin,
                 on_ready=ready,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from planexec.console._app import ConsoleSettings, create_app
 from planexec.errors import ConfigError
+from planexec.mcp.principals import Principals
 from planexec.store import RunStore
 
 __all__ = ["ConsoleSettings", "create_app", "serve_console"]
@@ -31,6 +32,7 @@ async def serve_console(
     host: str = "127.0.0.1",
     port: int = 8780,
     token: str | None = None,
+    principals: Principals | None = None,
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     on_ready: Callable[[str], None] | None = None,
@@ -42,6 +44,8 @@ async def serve_console(
         host: The address to bind (loopback by default).
         port: The port (0: any free port; ``on_ready`` gets the address).
         token: Require this token (needed off loopback).
+        principals: Tokens that name principals (`planexec.mcp.principals`): each sees
+            the runs the store records as theirs, an admin every run.
         allowed_hosts: More ``Host`` values to accept (a reverse proxy's name).
         allowed_origins: More ``Origin`` values to accept.
         on_ready: Called with the console's address once it listens.
@@ -54,7 +58,7 @@ async def serve_console(
 
     from planexec.mcp.server import allowed_hosts_for, bind_socket, host_header, is_loopback
 
-    if not is_loopback(host) and not token:
+    if not is_loopback(host) and not token and principals is None:
         raise ConfigError(
             f"the console would listen on {host}, which is not loopback: give --token "
             "(or listen on 127.0.0.1)"
@@ -69,6 +73,7 @@ async def serve_console(
         allowed_hosts=frozenset(security.allowed_hosts),
         allowed_origins=frozenset(security.allowed_origins),
         token=token,
+        principals=principals,
     )
     server = uvicorn.Server(
         uvicorn.Config(

@@ -38,6 +38,7 @@ from starlette.routing import Route
 
 import planexec.console._html as _html
 from planexec.errors import ApprovalError, ConfigError, PlanexecError, RunNotFoundError
+from planexec.mcp.principals import PRINCIPAL_KEY, Principals
 from planexec.results import RunStatus
 from planexec.store import RunStore
 
@@ -67,6 +68,9 @@ class ConsoleSettings:
     """``Origin`` header values accepted on a ``POST`` (``http://127.0.0.1:8780`` ...)."""
     token: str | None = None
     """When set, every request needs it (bearer header, or the login cookie)."""
+    principals: Principals | None = None
+    """With ``--tokens FILE``: each token names a principal, who sees only the runs the
+    store records as theirs (`RunStore.owner`); an admin sees every run."""
     resumes: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     """Runs being resumed by this console, by id."""
 
@@ -89,12 +93,13 @@ class _Guard:
         if self.settings.allowed_hosts and host not in self.settings.allowed_hosts:
             await _refuse(scope, receive, send, 421, f"host {host!r} is not served here")
             return
-        token = self.settings.token
-        if token:
+        tokens = _tokens(self.settings)
+        if tokens:
             if request.url.path == "/login":
-                await _login(scope, receive, send, token)
+                await _login(scope, receive, send, tokens)
                 return
-            if not _has_token(request, token):
+            who = _principal(request, tokens)
+            if who is None:
                 await _refuse(
                     scope,
                     receive,
@@ -104,6 +109,7 @@ class _Guard:
                     "'Authorization: Bearer TOKEN'",
                 )
                 return
+            scope[PRINCIPAL_KEY] = who
         if request.method == "POST":
             origin = request.headers.get("origin")
             if origin is not None and origin not in self.settings.allowed_origins:
@@ -112,22 +118,43 @@ class _Guard:
         await self.app(scope, receive, send)
 
 
-def _has_token(request: Request, token: str) -> bool:
+ANYONE = ""
+"""The principal of the single ``--token`` (no principals): it sees every run."""
+
+
+def _tokens(settings: ConsoleSettings) -> dict[str, str]:
+    """Principal by token (``ANYONE`` for the single ``--token``)."""
+    if settings.principals is not None:
+        return {token: name for name, token in settings.principals.tokens.items()}
+    return {settings.token: ANYONE} if settings.token else {}
+
+
+def _match(given: str, tokens: dict[str, str]) -> str | None:
+    """The principal whose token ``given`` is (each compared in constant time)."""
+    found = None
+    for token, name in tokens.items():
+        if given and hmac.compare_digest(given.encode(), token.encode()):
+            found = name
+    return found
+
+
+def _principal(request: Request, tokens: dict[str, str]) -> str | None:
     given = request.headers.get("authorization", "")
     scheme, _, credentials = given.strip().partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip(), token):
-        return True
-    cookie = request.cookies.get(TOKEN_COOKIE, "")
-    return bool(cookie) and hmac.compare_digest(cookie, token)
+    if scheme.lower() == "bearer":
+        who = _match(credentials.strip(), tokens)
+        if who is not None:
+            return who
+    return _match(request.cookies.get(TOKEN_COOKIE, ""), tokens)
 
 
-async def _login(scope: Scope, receive: Receive, send: Send, token: str) -> None:
+async def _login(scope: Scope, receive: Receive, send: Send, tokens: dict[str, str]) -> None:
     given = Request(scope).query_params.get("token", "")
-    if not given or not hmac.compare_digest(given, token):
+    if _match(given, tokens) is None:
         await _refuse(scope, receive, send, 401, "wrong token")
         return
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+    response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="strict")
     await response(scope, receive, send)
 
 
@@ -225,12 +252,37 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
     async def read(fn: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args))
 
+    def sees(who: str | None, run_id: str) -> bool:
+        """Whether the request's principal may see ``run_id`` (its owner, or an admin)."""
+        principals = settings.principals
+        if principals is None or who is None or who in principals.admins:
+            return True
+        return store.owner(run_id) == who
+
+    def scoped(
+        handler: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A route of one run: another principal's run is "not found", as an unknown id."""
+
+        async def wrapped(request: Request) -> Response:
+            run_id = request.path_params.get("run_id") or request.query_params.get("run")
+            who = request.scope.get(PRINCIPAL_KEY)
+            if run_id is not None and not await read(sees, who, run_id):
+                return HTMLResponse(_html.error_page(404, f"no run {run_id!r}"), 404)
+            return await handler(request)
+
+        return wrapped
+
+    def own_runs(request: Request, status: str | None) -> list[dict[str, Any]]:
+        who = request.scope.get(PRINCIPAL_KEY)
+        return [r for r in _runs(store, status) if sees(who, r["run_id"])]
+
     async def runs_page(request: Request) -> Response:
         status = request.query_params.get("status") or None
         if status is not None and status not in {s.value for s in RunStatus}:
             return HTMLResponse(_html.error_page(400, f"unknown status {status!r}"), 400)
         since = await read(_fingerprint, store, None)
-        runs = await read(_runs, store, status)
+        runs = await read(own_runs, request, status)
         csrf = _csrf(request)
         if _fragment(request):
             return HTMLResponse(_html.runs_main(runs, status))
@@ -239,7 +291,7 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
 
     async def runs_json(request: Request) -> Response:
         status = request.query_params.get("status") or None
-        return JSONResponse(await read(_runs, store, status))
+        return JSONResponse(await read(own_runs, request, status))
 
     async def run_data(request: Request, run_id: str, csrf: str) -> dict[str, Any]:
         data: dict[str, Any] = await read(_run, store, run_id)
@@ -433,14 +485,14 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
     routes = [
         Route("/", runs_page),
         Route("/api/runs", runs_json),
-        Route("/api/stream", stream),
-        Route("/api/runs/{run_id}", run_json),
-        Route("/runs/{run_id}", run_page),
-        Route("/runs/{run_id}/timeline", timeline),
-        Route("/runs/{run_id}/steps/{step:int}", approval_page),
-        Route("/runs/{run_id}/steps/{step:int}/{action:str}", decide, methods=["POST"]),
-        Route("/runs/{run_id}/resume", resume, methods=["POST"]),
-        Route("/runs/{run_id}/cancel", cancel, methods=["POST"]),
+        Route("/api/stream", scoped(stream)),
+        Route("/api/runs/{run_id}", scoped(run_json)),
+        Route("/runs/{run_id}", scoped(run_page)),
+        Route("/runs/{run_id}/timeline", scoped(timeline)),
+        Route("/runs/{run_id}/steps/{step:int}", scoped(approval_page)),
+        Route("/runs/{run_id}/steps/{step:int}/{action:str}", scoped(decide), methods=["POST"]),
+        Route("/runs/{run_id}/resume", scoped(resume), methods=["POST"]),
+        Route("/runs/{run_id}/cancel", scoped(cancel), methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     return _Guard(app, settings)

@@ -239,3 +239,35 @@ def test_the_cancel_form_cancels_a_waiting_run_through_the_store(
     cancelled = store.cancel_request(recorded.pay)
     assert cancelled is not None and cancelled.by == "console"
     assert 'id=cancel type=submit' not in client.get(f"/runs/{recorded.pay}").text
+
+
+def test_with_principals_each_sees_only_their_runs_and_an_admin_sees_every_run(
+    store: SQLiteRunStore, recorded: Recorded
+) -> None:
+    from planexec.mcp.principals import Principals
+
+    store.set_owner(recorded.pay, "alice")
+    store.set_owner(recorded.close, "bob")
+    principals = Principals(
+        {"alice": "alice-token-1", "bob": "bob-token-22", "ops": "ops-token-333"},
+        frozenset({"ops"}),
+    )
+    client = client_for(store, principals=principals)
+
+    def listed(token: str) -> set[str]:
+        page = client.get("/", headers={"authorization": f"Bearer {token}"}).text
+        return set(re.findall(r'<tr data-run="([^"]+)"', page))
+
+    assert listed("alice-token-1") == {recorded.pay}
+    assert listed("bob-token-22") == {recorded.close}
+    assert listed("ops-token-333") == {recorded.pay, recorded.close, recorded.failed}
+    alice = {"authorization": "Bearer alice-token-1"}
+    assert client.get(f"/runs/{recorded.close}", headers=alice).status_code == 404
+    assert client.get(f"/runs/{recorded.close}/timeline", headers=alice).status_code == 404
+    assert client.get(f"/api/runs/{recorded.close}", headers=alice).status_code == 404
+    page = client.get(f"/runs/{recorded.pay}/steps/2", headers=alice).text
+    refused = client.post(f"/runs/{recorded.close}/steps/1/approve", headers=alice,
+                          data={"csrf": csrf_of(page)}, follow_redirects=False)
+    assert refused.status_code == 404
+    assert not [e for e in store.events(recorded.close) if e["type"] == "ApprovalDecided"]
+    assert client.get("/", headers={"authorization": "Bearer nobody-token"}).status_code == 401
