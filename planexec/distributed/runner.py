@@ -61,14 +61,18 @@ from pydantic import BaseModel
 from planexec._log import logger
 from planexec.distributed._ray import ensure_ray, first_line, import_ray, worker_lost_errors
 from planexec.distributed.settings import RayOptions, RaySettings
-from planexec.errors import ConfigError, ToolLoadError, require_extra
+from planexec.errors import ConfigError, RetryableToolError, ToolLoadError, require_extra
 from planexec.tools import ToolSpec, invoke_tool, load_tools, normalize_output
 
 __all__ = ["RayToolRunner", "WorkerLostError", "runner_for", "tool_options"]
 
 
-class WorkerLostError(RuntimeError):
-    """The Ray worker or node running a call was lost; the call's outcome is unknown."""
+class WorkerLostError(RetryableToolError):
+    """The Ray worker or node running a call was lost; the call's outcome is unknown.
+
+    Transient: another worker may succeed, so a safe tool's call is retried by class
+    (`planexec.resilience.default_tool_retry_on`); an unsafe one never is.
+    """
 
 
 @dataclass(frozen=True)
