@@ -1,6 +1,6 @@
 """Resolver behaviours that once survived mutation (issue 33; mutation/mutants.toml).
 
-Through `ArgResolver` (``resolve`` and ``resolve_at_once``) with a scripted model at
+Through `ArgResolver.resolve` (its fast path is inside it) with a scripted model at
 the fallback. Oracles: the resolved values, the number of model calls, the failure's
 typed kind.
 """
@@ -98,16 +98,12 @@ async def test_literals_in_a_hint_constrain_the_fallback() -> None:
     assert len(model.requests) == 2
 
 
-@pytest.mark.parametrize("through", ["resolve", "resolve_at_once"])
-async def test_unreadable_arguments_never_resolve(through: str) -> None:
+async def test_unreadable_arguments_never_resolve() -> None:
     """Kills res-fast-path-ignores-args-valid: ``args_valid=False`` with the arguments
     read as {} must not become a call with no arguments."""
     spec = spec_of({"site": (str, "MAIN")})
     broken = step({}, args_valid=False, args_text='{"site": "SOUTH",,')
     resolver = ArgResolver()
-    if through == "resolve_at_once":
-        assert resolver.resolve_at_once(broken, spec, {}) is None
-        return
     out = await resolver.resolve(broken, spec, {})
     assert isinstance(out, ResolutionFailure) and out.kind is ErrorKind.ARGS_SYNTAX
 
@@ -120,7 +116,6 @@ async def test_non_finite_values_are_refused(bad: float) -> None:
     for args, kind in (({"x": Ref(1, ("level",))}, float), ({"x": Ref(1, ("levels",))}, list),
                        ({"x": [1.0, bad]}, list), ({"x": {"a": bad}}, dict)):
         spec = spec_of({"x": kind})
-        assert resolver.resolve_at_once(step(args), spec, results) is None
         out = await resolver.resolve(step(args), spec, results)
         assert isinstance(out, ResolutionFailure), args
         assert out.kind is ErrorKind.ARGS_INVALID
@@ -153,7 +148,6 @@ async def test_a_reference_to_a_failed_step_is_never_resolved() -> None:
                         error_kind=ErrorKind.TOOL_ERROR)
     spec = spec_of({"x": Any})
     resolver = ArgResolver()
-    assert resolver.resolve_at_once(step({"x": Ref(1)}), spec, {1: failed}) is None
     out = await resolver.resolve(step({"x": Ref(1)}), spec, {1: failed})
     assert isinstance(out, ResolutionFailure)
     assert out.kind in (ErrorKind.UPSTREAM_FAILED, ErrorKind.MISSING_REFERENCE)
@@ -165,9 +159,7 @@ async def test_a_re_resolution_with_feedback_never_takes_the_fast_path() -> None
     spec = spec_of({"asset": str})
     s = step({"asset": Ref(1, ("id",))})
     resolver = ArgResolver(ScriptedChatModel(replies=['{"asset": "CH-7"}']))
-    assert resolver.resolve_at_once(s, spec, results) is not None  # no feedback: fast
     feedback = StepError(ErrorKind.TOOL_ERROR, "no asset CH-6", args=("asset",))
-    assert resolver.resolve_at_once(s, spec, results, feedback=feedback) is None
     out = await resolver.resolve(s, spec, results, feedback=feedback)
     assert isinstance(out, ResolvedArgs), out
     assert out.args == {"asset": "CH-7"}
