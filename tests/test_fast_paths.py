@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import planexec._fastpaths as _fastpaths
 from planexec.approval import ApprovalDecision, ApprovalGate, ApprovalPolicy, ApprovalRequest
 from planexec.config import ExecutorSettings, RetrySettings
+from planexec.errors import RetryableToolError
 from planexec.events import Event, EventBus, RunStarted
 from planexec.executor import Executor
 from planexec.plan import Plan, Ref, Step
@@ -52,7 +53,7 @@ def _tools() -> ToolCatalog:
     def flaky(n: int) -> dict[str, int]:
         flaky_calls[n] += 1
         if flaky_calls[n] == 1:
-            raise RuntimeError(f"transient {n}")
+            raise RetryableToolError(f"transient {n}")  # retried by class
         return {"v": n}
 
     async def hang(**_: Any) -> str:
@@ -119,6 +120,8 @@ def plans(draw: st.DrawFn) -> Plan:
             deps = (earlier,) if earlier is not None else ()
         elif kind == "unknown":
             tool, args = "no_such_tool", {"n": k}
+        elif kind == "flaky":  # its own counter: steps running at once may run in any order
+            tool, args = "flaky", {"n": sid * 10 + k}
         else:
             tool, args = kind, {"n": k}
         if draw(st.booleans()) and earlier is not None and not deps:
