@@ -9,6 +9,12 @@ fan-outs, failures, timeouts, retries, empty outputs, approvals, rejections, NaN
 literals, reasoning steps) run with it on and off must give equal results, equal events
 (per step, in order: steps that run at once may interleave differently) and equal
 records in a `MemoryRunStore` and a `SQLiteRunStore`.
+
+A circuit breaker is shared by every step calling its tool, so which of several steps
+failing at once finds it open depends on the order their calls end: that is scheduling,
+not a path. Each step that fails therefore calls a tool of its own (``hang3``, ``bad5``),
+and the breakers open after two failures, so a step's own third attempt finds its
+breaker open: the breaker's path is run both ways, step by step.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from planexec.errors import RetryableToolError
 from planexec.events import Event, EventBus, RunStarted
 from planexec.executor import Executor
 from planexec.plan import Plan, Ref, Step
+from planexec.resilience import BreakerRegistry
 from planexec.store import SQLiteRunStore
 from planexec.store.codec import event_to_json
 from planexec.store.memory import MemoryRunStore
@@ -44,6 +51,10 @@ SAFE = {"read_only": True}
 
 # what differs from one run to the next whatever the path: clocks
 _TIMES = {"ts", "started_at", "duration", "at", "recorded_at", "decided_at", "requested_at"}
+
+
+MAX_STEPS = 7
+_FAILING = ("bad", "payload", "hang")  # one tool per step: its breaker is its own
 
 
 def _tools() -> ToolCatalog:
@@ -60,17 +71,24 @@ def _tools() -> ToolCatalog:
         await asyncio.Event().wait()  # never set: the tool's timeout ends it
         return "never"
 
+    per_step = [
+        tool
+        for sid in range(1, MAX_STEPS + 1)
+        for tool in (
+            fake_tool(f"bad{sid}", error="boom", args={"n": int}),
+            fake_tool(f"payload{sid}", {"error": "no such thing"}, args={"n": int}),
+            fake_tool(f"hang{sid}", function=hang, args={"n": int}, hints=SAFE),
+        )
+    ]
     return ToolCatalog(
         [
+            *per_step,
             fake_tool("get", function=lambda x: {"v": x * 2, "items": [x, x + 1]},
                       args={"x": int}, hints=SAFE),
             fake_tool("cat", function=lambda a, b="": f"{a}|{b}",
                       args={"a": object, "b": (str, "")}, hints=SAFE),
             fake_tool("flaky", function=flaky, args={"n": int}, hints=SAFE),
-            fake_tool("bad", error="boom", args={"n": int}),
             fake_tool("empty", [], args={"n": int}, hints=SAFE),
-            fake_tool("payload", {"error": "no such thing"}, args={"n": int}),
-            fake_tool("hang", function=hang, args={"n": int}, hints=SAFE),
             fake_tool("wipe", function=lambda target: f"wiped {target}",
                       args={"target": str}, hints={"destructive": True}),
         ]
@@ -94,7 +112,7 @@ _KINDS = ("get", "get_ref", "cat_ref", "cat_path", "flaky", "bad", "empty", "pay
 
 @st.composite
 def plans(draw: st.DrawFn) -> Plan:
-    n = draw(st.integers(1, 7))
+    n = draw(st.integers(1, MAX_STEPS))
     steps: list[Step] = []
     for sid in range(1, n + 1):
         kind = draw(st.sampled_from(_KINDS if sid > 1 else _KINDS[:1] + _KINDS[4:]))
@@ -122,6 +140,8 @@ def plans(draw: st.DrawFn) -> Plan:
             tool, args = "no_such_tool", {"n": k}
         elif kind == "flaky":  # its own counter: steps running at once may run in any order
             tool, args = "flaky", {"n": sid * 10 + k}
+        elif kind in _FAILING:
+            tool, args = f"{kind}{sid}", {"n": k}
         else:
             tool, args = kind, {"n": k}
         if draw(st.booleans()) and earlier is not None and not deps:
@@ -165,10 +185,13 @@ async def _run_once(plan: Plan, fast: bool, root: Path) -> dict[str, Any]:
     try:
         config = ExecutorSettings(
             tool_retry=RetrySettings(attempts=3, base_delay=0.0, max_delay=0.0, jitter=0.0),
-            tool_timeouts={"hang": 0.02},
+            tool_timeouts={f"hang{sid}": 0.02 for sid in range(1, MAX_STEPS + 1)},
         )
         gate = ApprovalGate(ApprovalPolicy(), _approver, bus=bus, run_id=RUN_ID)
-        executor = Executor(_tools(), config=config, bus=bus, run_id=RUN_ID, approvals=gate)
+        executor = Executor(
+            _tools(), config=config, bus=bus, run_id=RUN_ID, approvals=gate,
+            breakers=BreakerRegistry(2, 30.0),
+        )
         await bus.emit(RunStarted(run_id=RUN_ID, question="differential"))
         results = await asyncio.wait_for(executor.run(plan), BOUND)
         await sqlite.flush()
