@@ -54,6 +54,14 @@ def register(subparsers: Any) -> None:
         help="a principal of --tokens that sees every run (repeatable)",
     )
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="close a connection whose request headers are not complete within SECONDS "
+        "(default 10)",
+    )
+    p.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -74,6 +82,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     """Handle ``planexec console``."""
     require_extra("starlette", "mcp")
     from planexec.console import serve_console
+    from planexec.mcp.http_guard import HEADER_TIMEOUT
     from planexec.store import open_store
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
@@ -102,6 +111,9 @@ def cmd_console(args: argparse.Namespace) -> int:
                 allowed_hosts=args.allowed_host,
                 allowed_origins=args.allowed_origin,
                 on_ready=ready,
+                header_timeout=(
+                    HEADER_TIMEOUT if args.header_timeout is None else args.header_timeout
+                ),
             )
         )
     except KeyboardInterrupt:

@@ -9,17 +9,17 @@ the same code as ``planexec runs approve|reject``, and a button that resumes the
 ``planexec runs resume`` does. See ``docs/console.md``.
 
 Security is that of ``planexec serve --http``: loopback by default, the ``Host`` and
-``Origin`` checks on every request, a token required off loopback, and a CSRF token on
-every form.
+``Origin`` checks on every request, a token required off loopback, a deadline on each
+request's headers (`planexec.mcp.http_guard`), and a CSRF token on every form.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 
 from planexec.console._app import ConsoleSettings, create_app
 from planexec.errors import ConfigError
+from planexec.mcp import http_guard
 from planexec.mcp.principals import Principals
 from planexec.store import RunStore
 
@@ -36,6 +36,7 @@ async def serve_console(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     on_ready: Callable[[str], None] | None = None,
+    header_timeout: float = http_guard.HEADER_TIMEOUT,
 ) -> None:
     """Serve the console until stopped.
 
@@ -49,13 +50,13 @@ async def serve_console(
         allowed_hosts: More ``Host`` values to accept (a reverse proxy's name).
         allowed_origins: More ``Origin`` values to accept.
         on_ready: Called with the console's address once it listens.
+        header_timeout: Seconds a request may take to send its headers (a slower
+            connection is closed, as for ``planexec serve --http``).
 
     Raises:
         ConfigError: a non-loopback address without a token, or an address that cannot
             be bound.
     """
-    import uvicorn
-
     from planexec.mcp.server import allowed_hosts_for, bind_socket, host_header, is_loopback
 
     if not is_loopback(host) and not token and principals is None:
@@ -75,26 +76,14 @@ async def serve_console(
         token=token,
         principals=principals,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings), log_level="warning", lifespan="off", timeout_keep_alive=5
-        )
-    )
-    address = f"http://{host_header(host)}:{bound}/"
-
-    async def announce() -> None:
-        for _ in range(600):  # bounded: 30 s
-            if server.started:
-                if on_ready:
-                    on_ready(address)
-                return
-            await asyncio.sleep(0.05)
-
-    task = asyncio.create_task(announce())
     try:
-        await server.serve(sockets=[sock])
+        await http_guard.serve(
+            create_app(settings),
+            sock,
+            address=f"http://{host_header(host)}:{bound}/",
+            header_timeout=header_timeout,
+            on_ready=on_ready,
+        )
     finally:
-        task.cancel()
-        sock.close()
         for resume in list(settings.resumes.values()):
             resume.cancel()

@@ -18,14 +18,35 @@ one accept round takes before those run) is kept within the reserve. Running out
 descriptors would make asyncio's accept loop spin on ``EMFILE`` (it re-arms itself once
 per queued connection), starving the very timers that free them. `uvicorn_options`
 gives both to ``uvicorn.Config``.
+
+Descriptors can still run out for a moment (one accept round takes up to ``backlog``
+connections before any of them is counted). asyncio then pauses accepting for a second
+and resumes, but only after logging the error, and a logger that needs a descriptor of
+its own to format it (the MCP SDK's rich handler imports a module on its first traceback)
+raised out of the accept loop and stopped the server. `serve` runs uvicorn with
+`out_of_descriptors_handler` on its loop: the error is one line written to stderr's
+descriptor, never a file opened, and the accept loop pauses and resumes as designed.
+`serve` is the one way ``planexec serve --http`` and ``planexec console`` run uvicorn.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import errno
+import os
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any, Literal
 
-__all__ = ["HEADER_TIMEOUT", "header_deadline_protocol", "max_connections", "uvicorn_options"]
+__all__ = [
+    "HEADER_TIMEOUT",
+    "header_deadline_protocol",
+    "max_connections",
+    "out_of_descriptors_handler",
+    "serve",
+    "uvicorn_options",
+]
 
 HEADER_TIMEOUT = 10.0
 """Seconds a request may take to send its headers (``planexec serve --header-timeout``)."""
@@ -121,3 +142,86 @@ def header_deadline_protocol(
                 self.transport.close()
 
     return HeaderDeadline
+
+
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _say(line: str) -> None:
+    """Write one line to stderr's descriptor: no file opened, no module imported."""
+    try:
+        os.write(sys.stderr.fileno(), line.encode(errors="replace") + b"\n")
+    except (OSError, ValueError):  # stderr closed or not a file: nowhere to say it
+        pass
+
+
+def out_of_descriptors_handler(
+    loop: asyncio.AbstractEventLoop, context: dict[str, Any]
+) -> None:
+    """An event loop exception handler that survives running out of descriptors.
+
+    An accept failing for want of descriptors (``EMFILE``, ``ENFILE``, ``ENOBUFS``,
+    ``ENOMEM``) is one line on stderr; asyncio then pauses accepting for a second. Every
+    other context goes to the loop's default handler; if logging it fails for want of
+    descriptors too, one line on stderr says what could not be logged.
+    """
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+        _say(f"planexec: {exc.strerror or exc}: accepting paused for a second")
+        return
+    try:
+        loop.default_exception_handler(context)
+    except OSError as failure:
+        if failure.errno not in _OUT_OF_DESCRIPTORS:
+            raise
+        _say(f"planexec: {context.get('message', 'error')} (not logged: {failure.strerror})")
+
+
+async def serve(
+    app: Any,
+    sock: socket.socket,
+    *,
+    address: str,
+    header_timeout: float = HEADER_TIMEOUT,
+    lifespan: Literal["on", "off"] = "off",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve an ASGI app with uvicorn on a bound socket until stopped, guarded.
+
+    The header deadline and connection cap of `uvicorn_options`, and
+    `out_of_descriptors_handler` on the running loop for as long as it serves.
+
+    Args:
+        app: The ASGI app.
+        sock: A bound socket (it is closed when serving ends).
+        address: What ``on_ready`` is told once the server listens.
+        header_timeout: Seconds a request may take to send its headers.
+        lifespan: Run the app's lifespan (``on``) or not.
+        on_ready: Called with ``address`` once the server listens.
+    """
+    import uvicorn
+
+    userver = uvicorn.Server(
+        uvicorn.Config(
+            app, log_level="warning", lifespan=lifespan, **uvicorn_options(header_timeout)
+        )
+    )
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(out_of_descriptors_handler)
+
+    async def announce() -> None:
+        for _ in range(600):  # bounded: 30 s
+            if userver.started:
+                if on_ready:
+                    on_ready(address)
+                return
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(announce())
+    try:
+        await userver.serve(sockets=[sock])
+    finally:
+        task.cancel()
+        sock.close()
+        loop.set_exception_handler(previous)

@@ -1627,8 +1627,6 @@ async def serve(
                 on_ready("stdio")
             await run_guarded_stdio(server)
             return
-        import uvicorn
-
         sock = bind_socket(host, port)
         bound = int(sock.getsockname()[1])
         security = allowed_hosts_for(
@@ -1637,26 +1635,13 @@ async def serve(
         app: Any = server.streamable_http_app(host=host, transport_security=security)
         if token:
             app = bearer_auth(app, token)
-        from planexec.mcp.http_guard import HEADER_TIMEOUT, uvicorn_options
+        from planexec.mcp import http_guard
 
-        deadline = HEADER_TIMEOUT if header_timeout is None else header_timeout
-        config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", **uvicorn_options(deadline)
+        await http_guard.serve(
+            app,
+            sock,
+            address=f"http://{host_header(host)}:{bound}/mcp",
+            header_timeout=http_guard.HEADER_TIMEOUT if header_timeout is None else header_timeout,
+            lifespan="on",
+            on_ready=on_ready,
         )
-        userver = uvicorn.Server(config)
-        endpoint = f"http://{host_header(host)}:{bound}/mcp"
-
-        async def announce() -> None:
-            for _ in range(600):  # bounded: 30 s
-                if userver.started:
-                    if on_ready:
-                        on_ready(endpoint)
-                    return
-                await asyncio.sleep(0.05)
-
-        task = asyncio.create_task(announce())
-        try:
-            await userver.serve(sockets=[sock])
-        finally:
-            task.cancel()
-            sock.close()
