@@ -16,7 +16,8 @@ importing it. Its nodes are planexec's modules (packages are their ``__init__``)
    and the edge would add nothing but a cycle for every package whose ``__init__``
    imports its own submodules. For the same reason no module gets an implicit edge to
    the top-level ``planexec`` package; an explicit ``from planexec import x`` is an edge
-   to it, and its own module-level imports (``errors``, ``plan``) are edges from it.
+   to it (``planexec/__init__`` itself imports nothing of planexec: every public name
+   is lazy, rule 6).
 4. ``from planexec.a import b`` where ``planexec.a.b`` is a module is an edge to
    ``planexec.a.b`` (plus ``planexec.a`` by rule 3); for any other name it is an edge to
    ``planexec.a``, even from inside ``planexec.a`` (the name must be initialised).
@@ -323,8 +324,9 @@ def describe(graph: Graph, cycle: list[str]) -> str:
 def test_the_graph_sees_lazy_and_relative_imports() -> None:
     """The rules themselves, on modules whose imports are known."""
     graph = build_graph()
-    # planexec/__init__ imports errors and plan at module level; its lazy names are not edges
-    assert set(graph.edges["planexec"]) == {"planexec.errors", "planexec.plan"}
+    # planexec/__init__ imports its public names on first use: they are not edges
+    assert "planexec" not in graph.edges
+    assert graph.modules["planexec"].lazy["StepError"] == "planexec.results"
     # a lazy (function-level) import is an edge: the agent parses plans inside a method
     assert "planexec.parsing" in graph.edges["planexec.agent"]
     # a package __init__ imports its submodules; they get no edge back to it
