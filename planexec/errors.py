@@ -5,42 +5,77 @@ argument and the cause; it travels in `StepResult.error`, not as an exception. T
 exceptions below are for the API boundary: things the caller asked for that could not
 be done at all.
 
-Exception tree::
+Exception tree (every exception planexec exports is drawn here; ``tests/test_errors_tree.py``
+holds the drawing to the classes). In parentheses: the attributes a caller decides on
+(read them, never the message); where there are none, the class is the whole decision.
+``also X``: a built-in (or langchain) base kept, so ``except X`` still catches it::
 
     PlanexecError
     ├── PlanParseError          no usable plan in a text (diagnostics)
     ├── ConfigError             invalid configuration (unknown keys, bad values, bad spec)
-    │   └── MissingExtraError   an optional extra is not installed (also an ImportError)
+    │   └── MissingExtraError   an optional extra is not installed (module, install);
+    │                           also ImportError
     ├── ToolLoadError           a MODULE:ATTR or MCP config could not give tools (source)
-    ├── ToolCallFailure         raised BY a tool to say how its call failed (typed, for retries)
+    ├── AmbiguousToolError      a tool name is on several servers (name, candidates);
+    │                           also KeyError
+    ├── InvalidSchemaError      a tool's input schema is no valid JSON Schema (where);
+    │                           also ValueError; in `planexec.schemas`
+    ├── ToolCallFailure         how a tool call failed, by its class (for retries): raised
+    │   │                       by a tool, by planexec's MCP client, or for a tool
     │   ├── ToolArgumentsError  the tool or its server refused the arguments: ARGS_INVALID,
-    │   │                       never retried (an MCP server's -32602 invalid params)
-    │   └── RetryableToolError  a transient failure: another attempt may succeed
+    │   │   │                   never retried (an MCP server's -32602); also ValueError
+    │   │   └── MCPArgumentsError   ... said by an MCP server (`planexec.mcp`);
+    │   │                           also langchain's ToolException
+    │   ├── RetryableToolError  a transient failure: another attempt may succeed;
+    │   │   │                   also RuntimeError
+    │   │   └── WorkerLostError     the Ray worker running the call died
+    │   │                           (`planexec.distributed`)
+    │   └── ToolCallError       the tool's ToolMessage has status error (tool, content);
+    │                           also RuntimeError
+    ├── ToolOutputError         a tool's output cannot be kept (size, limit); also ValueError
     ├── ModelError              a chat model call failed after its retries
-    │                           (provider, purpose, attempts)
+    │   │                       (provider, purpose, attempts)
     │   └── ModelTimeoutError   ... by exceeding its timeout
     ├── CircuitOpenError        a circuit breaker is open: the call failed fast (name, retry_in)
     ├── RunError                a run could not be started, resumed or found
     │   ├── RunNotFoundError    (run_id)
-    │   ├── RunCancelledError   the run was cancelled: it does not resume
-    │   ├── ApprovalError       a decision cannot be recorded (no such waiting step, a bad edit)
-    │   │   │                   (problems)
-    │   │   └── AlreadyDecidedError   another decider was first (who, when, what)
-    │   ├── LeaseHeldError      another live driver holds the run's lease (which one)
-    │   └── DecisionClaimError  no decision allows this call (``refusal`` says why)
+    │   ├── RunCancelledError   the run was cancelled: it does not resume (run_id)
+    │   ├── ApprovalError       a decision cannot be recorded (no such waiting step, a bad
+    │   │   │                   edit) (problems)
+    │   │   └── AlreadyDecidedError   another decider was first (action, by, at, state)
+    │   ├── LeaseHeldError      another live driver holds the run's lease (run_id, holder)
+    │   └── DecisionClaimError  no decision allows this call (refusal)
     ├── StoreError              the run store failed
-    └── CassetteError           regression cassettes
-        └── CassetteMissError   a request is not in the cassette (with a diff)
+    ├── CassetteError           regression cassettes
+    │   └── CassetteMissError   a request is not in the cassette, or asked for more often
+    │                           than recorded (key, recorded); the message has a diff
+    ├── ScenarioFailed          a regression scenario failed (result);
+    │                           in `planexec.regress.plugin`
+    ├── RepairFailure           a text cannot be read as JSON (truncated, elided,
+    │                           duplicate_key); in `planexec.parsing.jsonrepair`
+    └── FilterMiss              a filter query did not pick exactly one value (the
+                                resolver asks the model instead); in `planexec.filters`
+
+Outside the tree, on purpose (they stand for someone else's failure)::
+
+    ScriptExhaustedError        `planexec.testing`: a fake model ran out of replies (a
+                                failing test: an AssertionError)
+    ScriptedModelError          `planexec.regress.runner`: a scenario's scripted provider
+                                error (a RuntimeError, as a provider's own would be)
+    DemoLookupError             `planexec.examples.data`: the demo tools' own error (a
+                                LookupError, as a user's tool would raise)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Action",
     "AlreadyDecidedError",
+    "AmbiguousToolError",
     "ApprovalError",
     "CassetteError",
     "CassetteMissError",
@@ -62,8 +97,10 @@ __all__ = [
     "RunNotFoundError",
     "StoreError",
     "ToolArgumentsError",
+    "ToolCallError",
     "ToolCallFailure",
     "ToolLoadError",
+    "ToolOutputError",
     "require_extra",
 ]
 
@@ -158,7 +195,19 @@ class ConfigError(PlanexecError):
 
 
 class MissingExtraError(ConfigError, ImportError):
-    """An optional extra is needed and not installed; the message has the command."""
+    """An optional extra is needed and not installed; the message has the command.
+
+    ``module``: the module that cannot be imported (also ImportError's ``name``);
+    ``install``: what to install (``planexec[otel]``, a provider's package); each None
+    when not known where the error was raised.
+    """
+
+    def __init__(
+        self, message: str, *, module: str | None = None, install: str | None = None
+    ) -> None:
+        super().__init__(message, name=module)
+        self.module = module
+        self.install = install
 
 
 class ToolLoadError(PlanexecError):
@@ -171,6 +220,23 @@ class ToolLoadError(PlanexecError):
     def __init__(self, message: str, *, source: str | None = None) -> None:
         super().__init__(message)
         self.source = source
+
+
+class AmbiguousToolError(PlanexecError, KeyError):
+    """A tool name matches tools on several servers; qualify it as ``server.tool``."""
+
+    def __init__(self, name: str, candidates: Sequence[str] = ()) -> None:
+        super().__init__(name)
+        self.name = name
+        """The name looked up."""
+        self.candidates = list(candidates)
+        """The qualified names it could mean."""
+
+    def __str__(self) -> str:
+        return (
+            f"tool name {self.name!r} is ambiguous: it exists on several servers "
+            f"({', '.join(self.candidates)}); write it as server.tool"
+        )
 
 
 class ToolCallFailure(PlanexecError):
@@ -194,6 +260,34 @@ class RetryableToolError(ToolCallFailure, RuntimeError):
 
     Retried, like timeouts and connection errors, when the tool is safe to repeat.
     """
+
+
+class ToolCallError(ToolCallFailure, RuntimeError):
+    """A tool reported an error in its `ToolMessage` (status ``error``): ``TOOL_ERROR``.
+
+    Retried only as the tool's ``retry_on`` says (by default: not).
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None, content: Any = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+        """The tool's name, when known."""
+        self.content = content
+        """The error message's content, as the tool gave it."""
+
+
+class ToolOutputError(PlanexecError, ValueError):
+    """A tool's output cannot be kept: too large, a cycle, or nested too deeply.
+
+    ``limit``: the largest output kept, in characters; ``size``: the output's length
+    (for a structured output, of its compact JSON, counted up to just over the limit).
+    Both None when the output is refused for its shape (a cycle, too deep).
+    """
+
+    def __init__(self, message: str, *, size: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class ModelError(PlanexecError):
@@ -372,10 +466,17 @@ class CassetteError(PlanexecError):
 
 
 class CassetteMissError(CassetteError):
-    """A model request is not in the cassette.
+    """A model request is not in the cassette, or is asked for more often than recorded.
 
-    The message holds a diff against the closest recorded request.
+    ``key``: the request's key (`planexec.regress.cassette.request_key`); ``recorded``:
+    how many times it was recorded (0: never, the message holds a diff against the
+    closest recorded request).
     """
+
+    def __init__(self, message: str, *, key: str | None = None, recorded: int = 0) -> None:
+        super().__init__(message)
+        self.key = key
+        self.recorded = recorded
 
 
 def require_extra(module: str, extra: str) -> None:
@@ -388,5 +489,7 @@ def require_extra(module: str, extra: str) -> None:
 
     if importlib.util.find_spec(module) is None:
         raise MissingExtraError(
-            f"this feature needs the {module!r} package: pip install \"planexec[{extra}]\""
+            f"this feature needs the {module!r} package: pip install \"planexec[{extra}]\"",
+            module=module,
+            install=f"planexec[{extra}]",
         )

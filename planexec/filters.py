@@ -56,6 +56,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from planexec.errors import PlanexecError
 from planexec.grounding import HintLiteral, key_form
 from planexec.plan import PathElem, Ref, format_path
 
@@ -149,7 +150,7 @@ class Filtered:
     """True for ``len``: the value is the number of items at ``path``."""
 
 
-class FilterMiss(Exception):
+class FilterMiss(PlanexecError):
     """The query did not pick exactly one value; the message says why."""
 
 

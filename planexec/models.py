@@ -180,7 +180,9 @@ def _load_provider(provider: str, model_name: str) -> BaseChatModel:
     if importlib.util.find_spec(info.module) is None:
         raise MissingExtraError(
             f"model '{provider}:{model_name}' needs the {info.package!r} package "
-            f"(module {info.module}): pip install {info.package}"
+            f"(module {info.module}): pip install {info.package}",
+            module=info.module,
+            install=info.package,
         )
     module = importlib.import_module(info.module)
     cls = getattr(module, info.cls, None)

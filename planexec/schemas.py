@@ -33,11 +33,20 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from planexec.errors import PlanexecError
+
 __all__ = ["InvalidSchemaError", "SchemaArgs", "schema_errors", "schema_validator"]
 
 
-class InvalidSchemaError(ValueError):
-    """A tool's input schema is not a valid JSON Schema (its arguments cannot be checked)."""
+class InvalidSchemaError(PlanexecError, ValueError):
+    """A tool's input schema is not a valid JSON Schema (its arguments cannot be checked).
+
+    ``where``: the path in the schema of the invalid part (``(root)`` for the schema).
+    """
+
+    def __init__(self, message: str, *, where: str = "(root)") -> None:
+        super().__init__(message)
+        self.where = where
 
 
 def schema_validator(schema: Mapping[str, Any]) -> Validator:
@@ -56,7 +65,9 @@ def schema_validator(schema: Mapping[str, Any]) -> Validator:
         cls.check_schema(data)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise InvalidSchemaError(f"invalid JSON Schema at {where}: {exc.message}") from exc
+        raise InvalidSchemaError(
+            f"invalid JSON Schema at {where}: {exc.message}", where=where
+        ) from exc
     validator: Validator = cls(data, format_checker=cls.FORMAT_CHECKER)
     return validator
 

@@ -48,7 +48,7 @@ from pydantic_core import InitErrorDetails
 import planexec._fastpaths as _fastpaths
 from planexec._loading import load_object
 from planexec._log import logger
-from planexec.errors import ToolLoadError
+from planexec.errors import AmbiguousToolError, ToolCallError, ToolLoadError, ToolOutputError
 from planexec.results import MAX_JSON_DEPTH, encode_json, plain_json_size
 
 __all__ = [
@@ -83,31 +83,6 @@ _HINT_KEYS: dict[str, str] = {
 }
 """Hint names accepted in mappings: planexec's own and MCP's tool annotations (the
 protocol's camelCase and the snake_case of SDKs that dump annotations by field name)."""
-
-
-class AmbiguousToolError(KeyError):
-    """A tool name matches tools on several servers; qualify it as ``server.tool``."""
-
-    def __init__(self, name: str, candidates: Sequence[str]) -> None:
-        self.name = name
-        """The name looked up."""
-        self.candidates = list(candidates)
-        """The qualified names it could mean."""
-        super().__init__(name)
-
-    def __str__(self) -> str:
-        return (
-            f"tool name {self.name!r} is ambiguous: it exists on several servers "
-            f"({', '.join(self.candidates)}); write it as server.tool"
-        )
-
-
-class ToolCallError(RuntimeError):
-    """A tool reported an error in its `ToolMessage` (status ``error``)."""
-
-
-class ToolOutputError(ValueError):
-    """A tool's output cannot be kept: too large, a cycle, or nested too deeply."""
 
 
 @dataclass(frozen=True)
@@ -724,7 +699,9 @@ async def invoke_tool(
         message = await _ainvoke(tool, call, config)
         if isinstance(message, ToolMessage):
             if message.status == "error":
-                raise ToolCallError(str(message.content))
+                raise ToolCallError(
+                    str(message.content), tool=tool.name, content=message.content
+                )
             if artifact and message.artifact is not None:
                 return message.artifact
             return message.content
@@ -1077,7 +1054,7 @@ def check_output(raw: Any, *, limit: int | None = None) -> tuple[Any, Any, list[
             nested deeper than `planexec.results.MAX_JSON_DEPTH`.
     """
     if limit is not None and isinstance(raw, str) and len(raw) > limit:
-        raise ToolOutputError(_too_large(len(raw), limit))
+        raise ToolOutputError(_too_large(len(raw), limit), size=len(raw), limit=limit)
     output, raw_out = normalize_output(raw)
     bound = plain_json_size(output) if _fastpaths.ON else None
     if bound is not None and (limit is None or isinstance(raw, str) or bound <= limit):
@@ -1088,7 +1065,8 @@ def check_output(raw: Any, *, limit: int | None = None) -> tuple[Any, Any, list[
     if limit is not None and not isinstance(raw, str):
         size = _json_size(encoded.data, limit)
         if size > limit:
-            raise ToolOutputError(_too_large(size, limit, json_text=True))
+            message = _too_large(size, limit, json_text=True)
+            raise ToolOutputError(message, size=size, limit=limit)
     return output, raw_out, encoded.warnings
 
 

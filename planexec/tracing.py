@@ -425,7 +425,9 @@ class OpenTelemetryHandler(BaseCallbackHandler):
             from opentelemetry import trace
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise MissingExtraError(
-                "OpenTelemetry spans need the otel extra: pip install 'planexec[otel]'"
+                "OpenTelemetry spans need the otel extra: pip install 'planexec[otel]'",
+                module="opentelemetry",
+                install="planexec[otel]",
             ) from exc
         self._trace = trace
         self.tracer = trace.get_tracer("planexec", tracer_provider=tracer_provider)

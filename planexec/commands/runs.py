@@ -1219,7 +1219,9 @@ def render_timeline_png(record: RunRecord, bars: list[TimelineBar], out: Path) -
         from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - found but broken
         raise MissingExtraError(
-            f'drawing a PNG needs matplotlib ({exc}): pip install "planexec[plot]"'
+            f'drawing a PNG needs matplotlib ({exc}): pip install "planexec[plot]"',
+            module="matplotlib",
+            install="planexec[plot]",
         ) from exc
     fig = Figure(figsize=(10, 1.2 + 0.35 * max(1, len(bars))))
     FigureCanvasAgg(fig)

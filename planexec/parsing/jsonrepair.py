@@ -46,6 +46,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from planexec.errors import PlanexecError
+
 __all__ = [
     "DuplicateKey",
     "JSONReader",
@@ -136,7 +138,7 @@ def duplicate_message(key: str, first: Any, second: Any) -> str:
     )
 
 
-class RepairFailure(Exception):
+class RepairFailure(PlanexecError):
     """Raised by `JSONReader` when the text cannot be read as a value.
 
     Decisions read the typed fields; ``message`` is for people.

@@ -361,7 +361,7 @@ class CassetteChatModel(BaseChatModel):
             message = self._miss_message(key, params, messages)
         with self._lock:
             self._misses.append(message)
-        raise CassetteMissError(message)
+        raise CassetteMissError(message, key=key, recorded=len(entries) if entries else 0)
 
     def _miss_message(
         self, key: str, params: dict[str, Any], messages: list[dict[str, str]]

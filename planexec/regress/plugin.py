@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from planexec.errors import PlanexecError
+
 if TYPE_CHECKING:
     from planexec.regress.report import ScenarioResult
 
@@ -24,7 +26,7 @@ __all__ = ["ScenarioFailed", "ScenarioFile", "ScenarioItem", "pytest_collect_fil
 _SUFFIX = ".scenario.yaml"
 
 
-class ScenarioFailed(Exception):
+class ScenarioFailed(PlanexecError):
     """A scenario's expectations did not hold, or it could not run."""
 
     def __init__(self, result: ScenarioResult) -> None:
