@@ -5,14 +5,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["as_text", "cut", "snippet"]
+__all__ = ["as_text", "clip", "cut", "snippet"]
 
 
 def cut(text: str, budget: int) -> str:
-    """``text``, or its first ``budget`` characters with a marker saying how much was cut."""
+    """``text``, or its first ``budget`` characters with a marker saying how much was cut.
+
+    For texts a reader (or a model) must know are incomplete: prompts, step errors. A
+    short display that only has to fit takes `clip`.
+    """
     if len(text) <= budget:
         return text
     return f"{text[: max(0, budget)]}… [cut: {budget} of {len(text)} characters shown]"
+
+
+def clip(text: str, width: int) -> str:
+    """``text``, or its first ``width - 1`` characters and ``…``: at most ``width`` in all."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def as_text(value: Any) -> str:
@@ -40,5 +49,4 @@ def snippet(text: str, width: int = 60) -> str:
     Returns:
         The one-line text.
     """
-    one = " ".join(text.split())
-    return one if len(one) <= width else one[: width - 1] + "…"
+    return clip(" ".join(text.split()), width)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from planexec._log import step_log
+from planexec._text import clip
 from planexec.errors import AlreadyDecidedError
 from planexec.events import ApprovalDecided, ApprovalRequested, Event, EventBus, FallbackUsed
 from planexec.parsing.refs import contains_placeholder
@@ -458,8 +459,9 @@ class ApprovalGate:
                 decision.action, ApprovalAction
             ):
                 message = (
-                    f"step {step.id}: the approval callback answered {_cut(decision)}, which "
-                    "is not an ApprovalDecision (approve, edit, reject or defer); the step "
+                    f"step {step.id}: the approval callback answered "
+                    f"{clip(repr(decision), 80)}, which is not an ApprovalDecision (approve, "
+                    "edit, reject or defer); the step "
                     "waits for a decision (the tool was not called)"
                 )
                 await self._warn(step.id, "APPROVAL_CALLBACK_FAILED", message)
@@ -563,9 +565,6 @@ def _policies(records: Iterable[ApprovalRecord]) -> list[ApprovalPolicy]:
     return list(out.values())
 
 
-def _cut(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _decision_of(rec: ApprovalRecord) -> ApprovalDecision:

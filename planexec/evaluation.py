@@ -35,6 +35,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from planexec._log import run_log
 from planexec._models import ModelClient, as_client
+from planexec._text import cut as cut_text
 from planexec.events import EventBus, FallbackUsed
 from planexec.plan import Plan
 from planexec.results import StepResult, Usage, jsonable
@@ -235,9 +236,7 @@ def cut(value: Any, budget: int) -> str:
             text = json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError):
             text = repr(value)
-    if len(text) <= budget:
-        return text
-    return f"{text[:budget]}… [cut: {len(text) - budget} more characters]"
+    return cut_text(text, budget)
 
 
 JUDGE_SYSTEM = """You evaluate whether a plan-and-execute run answered a question.

@@ -51,6 +51,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from planexec._text import clip
 from planexec.plan import PathElem, format_path
 
 __all__ = [
@@ -289,7 +290,7 @@ class Grounding:
 
 def _compact(value: Any) -> str:
     text = json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"), default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(text, 60)
 
 
 @dataclass

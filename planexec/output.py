@@ -39,6 +39,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ValidationError
 
+from planexec._text import clip
 from planexec.errors import ConfigError, ErrorKind
 from planexec.events import EventBus
 from planexec.plan import Plan, Ref, Step, Template, iter_refs, to_jsonable
@@ -77,7 +78,7 @@ _VALUE_CUT = 120
 
 def _short(value: Any, limit: int = _VALUE_CUT) -> str:
     text = json.dumps(jsonable(value), ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def _same(a: Any, b: Any) -> bool:

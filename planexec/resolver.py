@@ -66,6 +66,7 @@ import planexec._fastpaths as _fastpaths
 from planexec._json import non_finite
 from planexec._log import level_of, step_log
 from planexec._models import ModelClient, as_client
+from planexec._text import clip, cut
 from planexec.errors import ErrorKind, ModelError
 from planexec.events import ArgResolved, EventBus, FallbackUsed
 from planexec.filters import FilterMiss, apply_path, apply_query, hint_literals, parse_hint
@@ -249,7 +250,7 @@ def _plan_literals(values: Iterable[Any]) -> list[Any]:
 def _short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else _compact(value)
     text = repr(text) if isinstance(value, str) else text
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def _compact(value: Any) -> str:
@@ -711,12 +712,6 @@ def _errors_text(exc: ValidationError, limit: int = 3) -> str:
 def _schema_type(spec: ToolSpec, name: str) -> str:
     prop = spec.json_schema.get("properties", {}).get(name, {})
     return _compact(prop) if prop else "unknown"
-
-
-def _cut(text: str, budget: int) -> str:
-    if len(text) <= budget:
-        return text
-    return f"{text[:budget]}\n[cut: {budget} of {len(text)} characters shown]"
 
 
 class ArgResolver:
@@ -1386,7 +1381,7 @@ class _Resolution:
                             )
                         raise
         except _Ungrounded as exc:
-            cut = reply if len(reply) <= REPLY_CUT else reply[:REPLY_CUT] + "..."
+            shown = clip(reply, REPLY_CUT)
             tries = "" if exc.fatal else f" after {self.llm_calls} attempts"
             return self.fail(
                 ErrorKind.RESOLUTION_UNGROUNDED,
@@ -1394,17 +1389,17 @@ class _Resolution:
                 f"the referenced outputs{tries} (policy '{self.resolver.ungrounded}'): {exc}",
                 exc.args_concerned,
                 cause=str(exc),
-                reply=cut,
+                reply=shown,
             )
         except _BadReply as exc:
-            cut = reply if len(reply) <= REPLY_CUT else reply[:REPLY_CUT] + "..."
+            shown = clip(reply, REPLY_CUT)
             return self.fail(
                 ErrorKind.RESOLUTION_FAILED,
                 f"{self.where}: the LLM fallback gave no usable value for {label} "
-                f"after {self.llm_calls} attempts: {exc}; last reply: {cut!r}",
+                f"after {self.llm_calls} attempts: {exc}; last reply: {shown!r}",
                 tuple(needs),
                 cause=str(exc),
-                reply=cut,
+                reply=shown,
             )
         except ModelError as exc:
             return self.fail(
@@ -1496,13 +1491,13 @@ class _Resolution:
             text = output if isinstance(output, str) else json.dumps(
                 jsonable(output), ensure_ascii=False
             )
-            lines += [f"### step_{sid} (tool: {result.tool or 'none'})", _cut(text, budget), ""]
+            lines += [f"### step_{sid} (tool: {result.tool or 'none'})", cut(text, budget), ""]
         if lines[-1]:
             lines.append("")
         if values:
             lines += ["## Arguments already resolved"]
             for name, value in values.items():
-                lines.append(f"- {name} = {_cut(_compact(value), budget)}")
+                lines.append(f"- {name} = {cut(_compact(value), budget)}")
             lines.append("")
         lines += ["## Arguments to fill"]
         for name, need in needs.items():

@@ -33,6 +33,7 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from planexec._text import clip
 from planexec.errors import PlanexecError
 
 __all__ = ["InvalidSchemaError", "SchemaArgs", "schema_errors", "schema_validator"]
@@ -77,9 +78,7 @@ def _rule(keyword: str, value: Any) -> str:
         shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):
         shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return f"{keyword}: {shown}"
+    return f"{keyword}: {clip(shown, 80)}"
 
 
 def schema_errors(validator: Validator, data: Mapping[str, Any]) -> list[InitErrorDetails]:

@@ -126,7 +126,7 @@ def test_results_are_described_with_failures_never_as_evidence() -> None:
 def test_long_outputs_are_cut_to_the_budget() -> None:
     big = StepResult(1, "dump", StepStatus.SUCCEEDED, output="x" * 500)
     text = format_results([big], budget=100)
-    assert "[cut: 400 more characters]" in text
+    assert "[cut: 100 of 500 characters shown]" in text
 
 
 async def test_a_judge_on_a_plain_model_uses_the_runs_client_with_its_timeout() -> None:

@@ -46,6 +46,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from planexec._text import clip
 from planexec.errors import PlanexecError
 
 __all__ = [
@@ -118,7 +119,7 @@ class DuplicateKey:
 
 def _shown(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(text, 60)
 
 
 def duplicate_message(key: str, first: Any, second: Any) -> str:

@@ -53,6 +53,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from planexec._text import clip
 from planexec.plan import PathElem, Ref, Template, format_path
 
 __all__ = [
@@ -659,7 +660,7 @@ def _excerpt(text: str, start: int, end: int | None = None) -> str:
     if end is not None:
         stop = min(stop, end) if end > start else stop
     piece = text[start:stop]
-    return piece if len(piece) <= 40 else piece[:39] + "…"
+    return clip(piece, 40)
 
 
 def malformed_refs(text: str, dialect: str = "hashstep") -> list[tuple[int, str]]:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from planexec._text import clip
 from planexec.regress.scenario import TYPE_NAMES, Matcher, Value, as_matcher
 from planexec.results import jsonable
 
@@ -30,7 +31,7 @@ def short(value: Any, limit: int = 160) -> str:
         text = json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "))
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(text, limit)
 
 
 def _text(value: Any) -> str:
