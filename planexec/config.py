@@ -41,7 +41,7 @@ from planexec._ray_settings import RaySettings
 from planexec.errors import Action, ConfigError, ErrorKind
 
 if TYPE_CHECKING:
-    from planexec.resilience import RetryPolicy
+    from planexec._retry import RetryPolicy
     from planexec.tools import ToolSpec
 
 __all__ = [
@@ -91,7 +91,7 @@ class RetrySettings(_Settings):
 
 @functools.lru_cache(maxsize=64)
 def _retry_policy(attempts: int, base_delay: float, max_delay: float, jitter: float) -> RetryPolicy:
-    from planexec.resilience import RetryPolicy
+    from planexec._retry import RetryPolicy
 
     return RetryPolicy(
         attempts=attempts, base_delay=base_delay, max_delay=max_delay, jitter=jitter

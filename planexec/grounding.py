@@ -51,7 +51,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from planexec._text import clip
 from planexec.plan import PathElem, format_path
 
 __all__ = [
@@ -290,7 +289,8 @@ class Grounding:
 
 def _compact(value: Any) -> str:
     text = json.dumps(plain(value), ensure_ascii=False, separators=(",", ":"), default=str)
-    return clip(text, 60)
+    # (not `planexec._text.clip`: _text imports results, which imports this module)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass

@@ -54,7 +54,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -65,7 +65,6 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 import planexec._fastpaths as _fastpaths
 from planexec._json import non_finite
 from planexec._log import level_of, step_log
-from planexec._models import ModelClient, as_client
 from planexec._text import clip, cut
 from planexec.errors import ErrorKind, ModelError
 from planexec.events import ArgResolved, EventBus, FallbackUsed
@@ -83,6 +82,9 @@ from planexec.results import (
     plain_json_size,
 )
 from planexec.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from planexec._models import ModelClient
 
 __all__ = [
     "METHOD_STRENGTH",
@@ -751,8 +753,12 @@ class ArgResolver:
         """
         if ungrounded not in _POLICIES:
             raise ValueError(f"ungrounded must be one of {_POLICIES}, not {ungrounded!r}")
-        self.client = as_client(model)
+        self.client: ModelClient | None = None
         """The fallback's model client (None when there is no model)."""
+        if model is not None:  # the model client loads only for a resolver with a model
+            from planexec._models import as_client
+
+            self.client = as_client(model)
         self.output_budget = output_budget
         """Characters of each referenced output shown to the fallback."""
         self.ungrounded = ungrounded

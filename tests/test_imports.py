@@ -458,8 +458,12 @@ def test_the_executor_does_import_langchain() -> None:
 
 def test_the_executor_loads_no_planner_selection_reasoning_or_agent() -> None:
     """The executor's protocols carry their own types (`ToolChoice`, `SelectionFailure`):
-    importing it loads none of the model-backed step helpers nor the agent."""
+    importing it loads none of the model-backed step helpers nor the agent, nor the model
+    client (the resolver imports it for a fallback model; the executor's retries and
+    breakers come from `planexec._retry`, not `planexec.resilience`)."""
     heavy = (
+        "planexec._models",
+        "planexec.resilience",
         "planexec.planner",
         "planexec.reasoning",
         "planexec.selection",
@@ -470,3 +474,29 @@ def test_the_executor_loads_no_planner_selection_reasoning_or_agent() -> None:
     )
     assert loaded_after("planexec.executor", heavy) == []
     assert "planexec.planner" in loaded_after("planexec.selection", heavy)  # the probe can fail
+    assert "planexec._models" in loaded_after("planexec.resilience", heavy)  # and this one
+
+
+def test_an_executor_without_a_model_runs_without_the_model_client() -> None:
+    """Not only the import: building an executor and running a plan loads no model client."""
+    code = (
+        "import asyncio, sys\n"
+        "from langchain_core.tools import tool\n"
+        "from planexec.executor import Executor\n"
+        "from planexec.plan import Plan, Step\n"
+        "from planexec.tools import ToolCatalog\n"
+        "@tool\n"
+        "def sites() -> list[str]:\n"
+        "    \"\"\"The sites.\"\"\"\n"
+        "    return ['MAIN']\n"
+        "plan = Plan((Step(1, tool='sites'),))\n"
+        "[result] = asyncio.run(Executor(ToolCatalog([sites])).run(plan))\n"
+        "assert result.output == ['MAIN'], result\n"
+        "model_side = ('planexec._models', 'planexec.resilience')\n"
+        "print(sorted(m for m in sys.modules if m in model_side))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+        timeout=120,
+    )
+    assert out.stdout.strip() == "[]"

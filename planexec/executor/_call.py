@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from planexec._json import non_finite
 from planexec._log import step_log
+from planexec._retry import RetryPolicy, classify_tool_failure, retry_async
 from planexec._text import as_text, cut
 from planexec.approval import ApprovalAction
 from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind
@@ -54,7 +55,6 @@ from planexec.executor._state import (
 )
 from planexec.parsing.refs import contains_placeholder, find_malformed, is_free_text
 from planexec.plan import Ref, Step, Template
-from planexec.resilience import RetryPolicy, classify_tool_failure, retry_async
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus
 from planexec.tools import (
     ToolOutputError,

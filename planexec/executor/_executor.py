@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from planexec._retry import BreakerRegistry
 from planexec.config import ExecutorSettings
 from planexec.events import EventBus
 from planexec.executor._protocols import (
@@ -18,7 +19,6 @@ from planexec.executor._protocols import (
 )
 from planexec.executor._run import ExecutorRun, may_start_early
 from planexec.plan import Plan, Step
-from planexec.resilience import BreakerRegistry
 from planexec.resolver import ArgResolver
 from planexec.results import StepError, StepResult, Usage
 from planexec.stepfeed import FeedItem, PlanComplete

@@ -26,12 +26,12 @@ from planexec.tools import callbacks_around
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from planexec._retry import BreakerRegistry, CircuitBreaker, RetryPolicy
     from planexec.config import ExecutorSettings
     from planexec.errors import ErrorKind
     from planexec.events import EventBus
     from planexec.executor._protocols import Approvals, Guard, Reasoner, ToolRunner, ToolSelector
     from planexec.plan import Step
-    from planexec.resilience import BreakerRegistry, CircuitBreaker, RetryPolicy
     from planexec.tools import ToolCatalog
     from planexec.tracing import RunTrace
 
