@@ -526,6 +526,10 @@ def _find(rows: list[dict[str, Any]], **where: Any) -> dict[str, Any]:
     raise KeyError(where)
 
 
+def _what(metric: str) -> str:
+    return "CPU" if metric.startswith("cpu") else "wall"
+
+
 def _goal(goal: str, value: float, target: float, **more: Any) -> dict[str, Any]:
     return {"goal": goal, "value": round(value, 3), "target": target, "met": value <= target,
             **more}
@@ -547,17 +551,19 @@ def goals(data: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]
                          f"{chain:,}, tools {calls}", ratio, 0.25))
     for n in args.long:
         for path in ("agent", "executor"):
-            ratio = med(path=path, calls="direct", shape="chain", n=n) / med(
-                path=path, calls="direct", shape="chain", n=chain
+            for metric in ("wall_us_per_step", "cpu_us_per_step"):
+                ratio = med(metric, path=path, calls="direct", shape="chain", n=n) / med(
+                    metric, path=path, calls="direct", shape="chain", n=chain
+                )
+                out.append(_goal(f"2. {path}: {_what(metric)} per step, chain of {n:,} ÷ of "
+                                 f"{chain:,}", ratio, 1.2))
+    for path in ("agent", "agent_nostore"):
+        for metric in ("wall_us_per_step", "cpu_us_per_step"):
+            ratio = med(metric, path=path, calls="direct", shape="chain", n=chain) / med(
+                metric, path="executor", calls="direct", shape="chain", n=chain
             )
-            out.append(_goal(f"2. {path}: wall per step, chain of {n:,} ÷ of {chain:,}",
-                             ratio, 1.2))
-    for metric in ("wall_us_per_step", "cpu_us_per_step"):
-        ratio = med(metric, path="agent", calls="direct", shape="chain", n=chain) / med(
-            metric, path="executor", calls="direct", shape="chain", n=chain
-        )
-        out.append(_goal(f"2. agent ÷ executor, {metric.split('_')[0]} per step, chain of "
-                         f"{chain:,}", ratio, 1.2))
+            out.append(_goal(f"2. {NAMES[path]} ÷ executor, {_what(metric)} per step, chain "
+                             f"of {chain:,}", ratio, 1.2))
     counts = {(c["path"], c["shape"]): c for c in data["store_counts"]}
     for shape in ("chain", "fanout"):
         c = counts[("agent", shape)]
@@ -566,11 +572,12 @@ def goals(data: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]
         out.append(_goal(f"3. flushed commits (fsyncs) per unsafe call start, {shape} of "
                          f"{c['n']:,} (the run's one flushed end not counted)",
                          per_call, 1.0, commits_per_step=c["commits_per_step"]))
-    added = med(path="agent_safe", calls="direct", shape="chain", n=chain) - med(
-        path="agent_nostore", calls="direct", shape="chain", n=chain
-    )
-    out.append(_goal(f"3. µs the store adds per step, read-only tool, chain of {chain:,}",
-                     added, 30))
+    for metric in ("wall_us_per_step", "cpu_us_per_step"):
+        added = med(metric, path="agent_safe", calls="direct", shape="chain", n=chain) - med(
+            metric, path="agent_nostore", calls="direct", shape="chain", n=chain
+        )
+        out.append(_goal(f"3. µs ({_what(metric)}) the store adds per step, read-only tool, "
+                         f"chain of {chain:,}", added, 30))
     parse = {p["n"]: p["cpu_us_per_step"]["median"] for p in data["parse"]}
     sizes = sorted(parse)
     for n in sizes:
@@ -653,7 +660,7 @@ def plot(data: dict[str, Any], out: Path) -> Path | None:
     order = ["agent", "agent_safe", "agent_nostore", "executor", "langgraph_sqlite", "asyncio"]
     for ax, (shape, metric, title) in zip(axes[:2], (
         ("chain", "wall_us_per_step", f"chain of {chain_n:,}: wall µs per step (log)"),
-        ("fanout", "wall_over_critical", "fan-out: wall ÷ its critical path"),
+        ("fanout", "wall_over_critical", "fan-out: wall ÷ its critical path (log)"),
     ), strict=True):
         labels, ys, errs, colors = [], [], [[], []], []
         for path in order:
@@ -671,16 +678,16 @@ def plot(data: dict[str, Any], out: Path) -> Path | None:
                               else "tab:orange" if path.startswith("langgraph") else "tab:gray")
         ax.bar(range(len(ys)), ys, yerr=errs, color=colors, capsize=3)
         ax.set_xticks(range(len(ys)), labels, rotation=60, fontsize=7)
-        if shape == "chain":
-            ax.set_yscale("log")
+        ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
     ax = axes[2]
     for path, color in (("agent", "tab:blue"), ("executor", "tab:cyan")):
         pts = sorted((r for r in rows if r["path"] == path and r["calls"] == "direct"
                       and r["shape"] == "chain"), key=lambda r: r["n"])
-        ax.errorbar([r["n"] for r in pts], [r["wall_us_per_step"]["median"] for r in pts],
-                    fmt="-o", color=color, label=f"{path} (wall)", capsize=3)
+        for metric, style in (("wall_us_per_step", "-o"), ("cpu_us_per_step", ":o")):
+            ax.plot([r["n"] for r in pts], [r[metric]["median"] for r in pts], style,
+                    color=color, label=f"{path} ({_what(metric)})")
     pts = sorted(data["parse"], key=lambda p: p["n"])
     ax.plot([p["n"] for p in pts], [p["cpu_us_per_step"]["median"] for p in pts], "--s",
             color="tab:green", label="parse_plan (CPU)")
@@ -709,7 +716,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a fast smoke run")
     parser.add_argument("--out", type=Path, default=RESULTS / "userpath.json")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--replot", type=Path, default=None, metavar="JSON",
+                        help="only draw the picture of a result file written before")
     args = parser.parse_args(argv)
+    if args.replot is not None:
+        data = json.loads(args.replot.read_text(encoding="utf-8"))
+        print(f"wrote {plot(data, args.replot.with_suffix('.png'))}")
+        return 0
     args.argv = list(sys.argv[1:] if argv is None else argv)
     _require_langgraph()
     args.long = [10_000] + ([50_000] if args.huge else [])
