@@ -40,7 +40,10 @@ is recorded: other work on the machine inflates every figure, so compare the rat
 one run. Writes ``benchmarks/results/userpath.json`` and ``userpath.png`` (with
 matplotlib).
 
-    python benchmarks/userpath.py [--rounds 3] [--latency 0.05] [--huge] [--quick]
+    python benchmarks/userpath.py [--rounds 3] [--latency 0.05] [--huge] [--quick] [--docs]
+
+``--docs`` also copies the tables into ``docs/performance.md`` (between its markers);
+``--replot JSON`` only draws the picture of a result file.
 """
 
 from __future__ import annotations
@@ -706,6 +709,18 @@ def plot(data: dict[str, Any], out: Path) -> Path | None:
     return out
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+_BEGIN, _END = "<!-- userpath.json tables -->", "<!-- end of userpath.json tables -->"
+
+
+def update_docs(data: dict[str, Any], page: Path = DOCS) -> None:
+    """Put ``data``'s tables between the page's markers (what the docs test checks)."""
+    text = page.read_text(encoding="utf-8")
+    head, rest = text.split(_BEGIN, 1)
+    _, tail = rest.split(_END, 1)
+    page.write_text(f"{head}{_BEGIN}\n\n{data['tables_md']}\n\n{_END}{tail}", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -718,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--replot", type=Path, default=None, metavar="JSON",
                         help="only draw the picture of a result file written before")
+    parser.add_argument("--docs", action="store_true",
+                        help="also copy the tables into docs/performance.md")
     args = parser.parse_args(argv)
     if args.replot is not None:
         data = json.loads(args.replot.read_text(encoding="utf-8"))
@@ -736,6 +753,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(data["tables_md"])
+    if args.docs:
+        update_docs(data)
     picture = None if args.no_plot else plot(data, args.out.with_suffix(".png"))
     print(f"\nwrote {args.out}" + (f" and {picture}" if picture else ""))
     return 0

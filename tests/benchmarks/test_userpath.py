@@ -82,3 +82,15 @@ def test_the_performance_page_quotes_the_committed_userpath_results() -> None:
     doc = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     assert data["tables_md"] in doc
     assert data["quick"] is False  # the page quotes a full run
+
+
+def test_the_tables_are_copied_into_the_page_between_its_markers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _load(monkeypatch)
+    page = tmp_path / "performance.md"
+    page.write_text(f"intro\n{bench._BEGIN}\nold tables\n{bench._END}\nafter\n")
+    bench.update_docs({"tables_md": "| new |"}, page)
+    assert page.read_text() == f"intro\n{bench._BEGIN}\n\n| new |\n\n{bench._END}\nafter\n"
+    bench.update_docs({"tables_md": "| newer |"}, page)  # again: replaced, not added
+    assert "| new |" not in page.read_text() and page.read_text().count("| newer |") == 1
