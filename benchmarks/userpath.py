@@ -460,9 +460,12 @@ def parse_cpu(n: int, text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from store import fsync_ms  # benchmarks/store.py: one flushed WAL commit, measured
+
     load_before = list(os.getloadavg())
     directory = Path(tempfile.mkdtemp(prefix="planexec-userpath-"))
     try:
+        flush_before = fsync_ms(directory, 50)
         plan = cells(args, directory)
         for cell in plan:  # warm-up: imports, caches, first-call costs
             if not args.quick and cell.work.n <= max(args.chain, args.fanout):
@@ -501,6 +504,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             {"n": n, "cpu_us_per_step": summary([s / n * 1e6 for s in got])}
             for n, got in parse_samples.items()
         ]
+        (directory / "fsync.sqlite3").unlink()
+        flush_after = fsync_ms(directory, 50)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     data: dict[str, Any] = {
@@ -510,6 +515,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "fsync_ms_before": round(flush_before, 3),
+        "fsync_ms_after": round(flush_after, 3),
         "rounds": args.rounds,
         "latency_s": args.latency,
         "quick": args.quick,
@@ -645,6 +652,10 @@ def tables_md(data: dict[str, Any]) -> str:
         label = f"{NAMES[c['path']]}, {c['shape']} of {c['n']:,}"
         lines.append(f"| {label} | {c['steps']:,} | {c['commits_per_step']} | "
                      f"{c['flushed_commits_per_step']} | {c['wal_checkpoints_per_step']} |")
+    lines += ["", f"One flushed commit (a small WAL commit with `synchronous=FULL`) took "
+              f"{data['fsync_ms_before']} ms before the run and {data['fsync_ms_after']} ms "
+              f"after it (medians); load average {data['load_average_before'][0]} before, "
+              f"{data['load_average_after'][0]} after, on {data['cpus']} CPUs."]
     return "\n".join(lines)
 
 
