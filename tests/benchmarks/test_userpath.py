@@ -53,7 +53,10 @@ def test_a_quick_run_writes_every_path_and_goal(
     assert [p["n"] for p in data["parse"]] == [10, 30]
     goals = [g["goal"][:2] for g in data["goals"]]
     assert {"1.", "2.", "3.", "4.", "5."} <= set(goals)
-    assert all(isinstance(g["met"], bool) and g["value"] >= 0 for g in data["goals"])
+    # (a difference of two medians may be below zero on a small, noisy run)
+    assert all(isinstance(g["met"], bool) and isinstance(g["value"], (int, float))
+               for g in data["goals"])
+    assert all(g["met"] == (g["value"] <= g["target"]) for g in data["goals"])
     assert data["tables_md"] == bench.tables_md(data)
 
 
