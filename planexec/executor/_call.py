@@ -139,7 +139,7 @@ async def _make_call(
             message,
             output=failed.output,
             raw_output=failed.raw,
-            failure=StepError(failed.kind, message, cause=failed.cause),
+            failure=StepError(failed.kind, message, cause=failed.cause, retryable=failed.retry),
         ) from failed
     kept: str | None = None
     warnings = ctx.warnings

@@ -866,6 +866,27 @@ class MCPTool(StructuredTool):
         """The args schema (its JSON Schema is the server's input schema)."""
         return self.args_schema
 
+    def _parse_input(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> str | dict[str, Any]:
+        """The validated input, keeping only the arguments the call gave.
+
+        langchain-core (1.x) also passes every optional field's default; for a server's
+        tool that would send ``null`` (or the schema's default) for arguments the call
+        never gave, which the schema may not even allow. The server gets what was
+        given and validated (`planexec.schemas.SchemaArgs` validates exactly that).
+        """
+        parsed = super()._parse_input(tool_input, tool_call_id)
+        if not isinstance(parsed, dict) or not isinstance(tool_input, dict):
+            return parsed
+        fields = getattr(self.args_schema, "model_fields", {})
+        given = {
+            name
+            for name, info in fields.items()
+            if name in tool_input or (info.alias is not None and info.alias in tool_input)
+        }
+        return {k: v for k, v in parsed.items() if k in given or k not in fields}
+
 
 def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> BaseTool:
     """Wrap one MCP tool of a session as a langchain `StructuredTool`.
