@@ -71,6 +71,7 @@ from pydantic import (
 from planexec._log import logger
 from planexec.errors import ConfigError, ToolArgumentsError, ToolLoadError, require_extra
 from planexec.schemas import InvalidSchemaError, SchemaArgs, schema_validator
+from planexec.tools import progress_sink
 
 require_extra("mcp", "mcp")
 
@@ -661,6 +662,9 @@ class MCPServerSession:
         limit = timeout or self.call_timeout
         self.calls += 1
         heard = [time.monotonic(), 0]  # when the server last said something, how often
+        # the call's own sink (the executor's ToolProgress of its step), read here, in the
+        # call's context: the SDK calls `heard_progress` from the session's task
+        sink = progress_sink()
 
         async def heard_progress(
             progress: float, total: float | None, message: str | None
@@ -674,6 +678,10 @@ class MCPServerSession:
                 out = hook(note)
                 if inspect.isawaitable(out):
                     await out
+            if sink is not None:
+                told = sink(progress, total, message)
+                if told is not None:
+                    await told
 
         # A progress token on every call (the SDK sends one when given a callback); the
         # limit is an idle timeout: each progress notification starts it again.
