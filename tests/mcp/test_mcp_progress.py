@@ -169,3 +169,38 @@ async def test_a_local_tool_reports_progress_of_its_own_step() -> None:
     assert [r.output for r in results] == ["x", "ok"]
     assert [(e.step_id, e.tool, e.progress, e.total) for e in events
             if isinstance(e, ToolProgress)] == [(2, "work", 1.0, 2.0), (2, "work", 2.0, 2.0)]
+
+
+async def test_progress_reported_after_the_call_ended_is_dropped() -> None:
+    # A tool leaves a task behind that reports later (as an abandoned call's server may):
+    # that report is not the step's any more, and no ToolProgress follows its StepFinished.
+    import asyncio
+
+    from planexec.events import Event, EventBus, StepFinished, ToolProgress
+    from planexec.executor import Executor
+    from planexec.parsing import parse_plan
+    from planexec.testing import fake_tool
+    from planexec.tools import ToolCatalog, report_progress
+
+    go = asyncio.Event()
+    left: list[asyncio.Task[None]] = []
+
+    async def later() -> None:
+        await go.wait()
+        await report_progress(2, 2, "too late")
+
+    async def work() -> str:
+        await report_progress(1, 2, "on time")
+        left.append(asyncio.create_task(later()))  # inherits the call's context
+        return "ok"
+
+    events: list[Event] = []
+    plan = parse_plan("#Task1: a\n#Tool1: work\n#Args1: {}\n#Dependency1: None\n")
+    tools = ToolCatalog([fake_tool("work", function=work)])
+    [result] = await Executor(tools, bus=EventBus([events.append])).run(plan)
+    assert result.output == "ok"
+    go.set()
+    await asyncio.wait_for(left[0], 5)
+    kinds = [(type(e).__name__, getattr(e, "message", None)) for e in events
+             if isinstance(e, ToolProgress | StepFinished)]
+    assert kinds == [("ToolProgress", "on time"), ("StepFinished", None)]
