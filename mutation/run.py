@@ -13,7 +13,8 @@ A mutant is found by its text, not by a line number, so it survives edits around
 a function or ``Class.method`` name). When the code moved or changed and the text is no
 longer there (or is there twice) the mutant is reported *stale*: the list needs an
 update, and the run fails (exit status 1), as it does for a mutant that does not compile
-or collects no test (*invalid*): a list that no longer applies must not pass unnoticed. A survivor that is not on the equivalents list fails the run too.
+or collects no test (*invalid*): a list that no longer applies must not pass unnoticed.
+A survivor that is not on the equivalents list fails the run too.
 ``--check`` only checks that every mutant's text is found (no test runs: seconds).
 
 Usage (from the project root)::
@@ -323,7 +324,8 @@ def write_report(out: Path, outcomes: list[Outcome], config: Config, meta: dict[
     data = {"meta": meta, "summary": summary, "mutants": [asdict(o) for o in outcomes]}
     (out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
     md = ["# Mutation report", "", f"Command: `{meta['command']}`  ",
-          f"Commit: `{meta['commit']}`  ", f"Wall time: {meta['seconds']:.0f} s", "",
+          f"Commit: `{meta['commit']}`  ", f"Date: {meta.get('date', '?')}  ",
+          f"Wall time: {meta['seconds']:.0f} s", "",
           "| module | killed | survived | equivalent | stale | invalid | not run | score |",
           "|---|---|---|---|---|---|---|---|"]
     for name, row in sorted(summary["modules"].items()):
@@ -362,14 +364,17 @@ def _commit() -> str:
 
 
 def merge(reports: list[Path], out: Path, config: Config) -> int:
-    """Write one report from several runs' ``report.json``; 1 if a survivor (or a stale or
-    invalid mutant) is in it."""
+    """Write one report from several runs' ``report.json``.
+
+    Returns 1 if a survivor (or a stale or invalid mutant) is in it.
+    """
     by_id: dict[str, Outcome] = {}
-    commands, commits, seconds = [], [], 0.0
+    commands, commits, dates, seconds = [], [], [], 0.0
     for path in reports:
         data = json.loads(path.read_text())
         commands.append(data["meta"]["command"])
         commits.append(data["meta"]["commit"])
+        dates.append(data["meta"].get("date", "?"))
         seconds += data["meta"]["seconds"]
         for m in data["mutants"]:
             o = Outcome(**m)
@@ -379,7 +384,8 @@ def merge(reports: list[Path], out: Path, config: Config) -> int:
     order = {m.id: i for i, m in enumerate(config.mutants)}
     outcomes = sorted(by_id.values(), key=lambda o: order.get(o.id, len(order)))
     meta = {"command": " && ".join(commands), "commit": ", ".join(dict.fromkeys(commits)),
-            "seconds": seconds, "unknown_equivalents": []}
+            "date": ", ".join(dict.fromkeys(dates)), "seconds": seconds,
+            "unknown_equivalents": []}
     write_report(out, outcomes, config, meta)
     print(f"report: {out / 'report.md'}")
     return 1 if any(o.status in FAILING for o in outcomes) else 0
@@ -454,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if args.check and stale else 0
     began = time.monotonic()
     commit = _commit()  # what was copied (the run may outlast a commit)
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="planexec-mutation-") as tmp:
         work = Path(tmp)
@@ -477,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(outcome)
             partial = {"command": "(partial) python mutation/run.py "
                        + " ".join(argv if argv is not None else sys.argv[1:]),
-                       "commit": commit, "seconds": time.monotonic() - began,
+                       "commit": commit, "date": date, "seconds": time.monotonic() - began,
                        "unknown_equivalents": unknown_eq}
             write_report(args.out, outcomes, config, partial)  # kept if the run is stopped
             print(f"[{i}/{len(chosen)}] {outcome.status:10} {mutant.id} ({outcome.seconds} s)"
@@ -486,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "command": "python mutation/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": commit,
+        "date": date,
         "seconds": time.monotonic() - began,
         "unknown_equivalents": unknown_eq,
     }

@@ -99,7 +99,9 @@ def spec_of(name: str, hints: dict[str, Any], server: str | None = None) -> Tool
 
 
 async def test_a_callback_that_raises_leaves_the_tool_uncalled_and_the_step_waiting() -> None:
-    """Kills approval-raise-runs."""
+    """A raising callback: the step waits (approval-raise-runs is killed by
+    test_a_callback_that_raises_leaves_the_limits_uncounted: the claim at the call stops
+    the tool whatever the callback's branch answers)."""
     approver = Approver([RuntimeError("approval service down")])
     a, events = agent(approver)
     run = await a.execute_plan(PLAN)

@@ -159,3 +159,24 @@ def test_json_plan_args_repairs_and_odd_placeholders_are_reported() -> None:
     assert "ARGS_REPAIRED" in codes(repaired)
     odd = _json_plan([{"id": 1, "tool": "t", "args": {"start": "{current_date_time()}"}}])
     assert "PLACEHOLDER_UNRECOGNIZED" in codes(odd)
+
+
+def test_hashstep_repairs_cut_steps_and_free_placeholders_are_not_silent() -> None:
+    """Kills hashstep-repairs-silent, hashstep-incomplete-step-valid and
+    hashstep-free-placeholder-kept."""
+    repaired = parse_plan("#Task1: a\n#Tool1: t\n#Args1: {'a': 1,}\n")
+    assert repaired.steps[0].args == {"a": 1}
+    assert "ARGS_REPAIRED" in codes(repaired)
+    cut = parse_plan(TWO)  # the reply ends after #Tool2, before its #Args
+    assert (cut.steps[1].args_valid, cut.steps[1].cut_off) == (False, True)
+    assert "STEP_INCOMPLETE" in codes(cut)
+    free = parse_plan(TWO + '#Args2: {"site": "<the main site>"}\n#Dependency2: #S1\n')
+    value = free.steps[1].args["site"]
+    assert isinstance(value, Ref) and value.step == 1 and value.hint == "the main site"
+
+
+def test_a_reference_in_a_dict_key_makes_the_step_invalid() -> None:
+    """Kills hashstep-ref-in-key-valid."""
+    plan = parse_plan(TWO + '#Args2: {"tags": {"<step_1>": 1}}\n#Dependency2: #S1\n')
+    assert not plan.steps[1].args_valid
+    assert "REF_IN_KEY" in codes(plan)
