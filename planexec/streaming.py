@@ -112,7 +112,7 @@ class PlanStream:
         self.kept = dict(kept or {})
         self.plan_version = plan_version
         self.run_id = run_id
-        self.parser = StreamingPlanParser(dialect, draft_policy=draft_policy)
+        self.parser = self._parser(dialect)
         self.sent: dict[int, Step] = {}
         """The steps the executor has, as sent."""
         self.arrivals = 0
@@ -120,6 +120,12 @@ class PlanStream:
         self._queue: asyncio.Queue[FeedItem] = asyncio.Queue()
         self._task: asyncio.Task[list[StepResult]] | None = None
         self._completed = False
+
+    def _parser(self, dialect: str) -> StreamingPlanParser:
+        """A parser of one reply, reading it with the executor's tools (as the planner does)."""
+        return StreamingPlanParser(
+            dialect, draft_policy=self.draft_policy, catalog=self.executor.catalog
+        )
 
     def open(self, feedback: Mapping[int, StepError] | None = None) -> None:
         """Start the executor's run of the feed (prior: the kept results)."""
@@ -146,8 +152,7 @@ class PlanStream:
         is parsed in the json dialect, as the planner parses its value.
         What earlier replies sent stays with the executor until the final plan decides.
         """
-        dialect = "json" if structured else self.dialect
-        self.parser = StreamingPlanParser(dialect, draft_policy=self.draft_policy)
+        self.parser = self._parser("json" if structured else self.dialect)
 
     async def chunk(self, text: str) -> None:
         """Parse the next piece; send what became complete or was withdrawn."""

@@ -167,6 +167,33 @@ async def test_a_restarting_draft_never_runs_its_unsafe_step_and_discards_the_sa
     assert tools.calls("sites") == 1  # the same step in both drafts ran once
 
 
+async def test_a_json_plan_only_the_catalog_reads_starts_its_safe_step_while_streamed() -> None:
+    """A JSON plan naming its tools under a key of its own (``skill``) is read as tool
+    steps only with the catalog (without: steps without a tool). The stream reads it with
+    the run's tools, as the planner reads the whole reply, so step 1 runs before the reply
+    is complete."""
+    tools = Tools()
+    reply = (
+        '{"steps": [\n'
+        ' {"id": 1, "skill": "sites"},\n'
+        ' {"id": 2, "skill": "history", "args": {"site_name": "MAIN"}, "depends_on": [1]}\n'
+        "]}\n"
+    )
+    seen_before_end: list[int] = []
+
+    async def sites_ran() -> None:
+        await tools.wait("sites")
+        seen_before_end.append(tools.calls("sites"))
+
+    gate = line_gate('"skill": "history"', sites_ran)
+    run, _ = await run_agent(planner_model(reply, gate), tools)
+    assert seen_before_end == [1]
+    results = {r.step_id: r for r in run.attempts[0].results}
+    assert results[1].tool == "sites" and results[1].streamed and results[1].ok
+    assert results[2].tool == "history" and results[2].ok
+    assert tools.calls("sites") == 1
+
+
 async def test_streaming_off_waits_for_the_whole_reply() -> None:
     tools = Tools()
     run, events = await run_agent(

@@ -43,10 +43,14 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from planexec._log import quiet
 from planexec.errors import PlanParseError
 from planexec.plan import Plan, Step
+
+if TYPE_CHECKING:
+    from planexec.parsing.checks import CatalogLike
 
 __all__ = ["StreamUpdate", "StreamEnd", "StreamingPlanParser"]
 
@@ -152,9 +156,19 @@ class StreamingPlanParser:
         dialect: ``"auto"`` or a dialect of `planexec.parsing.DIALECTS`, as for
             `planexec.parsing.parse_plan`.
         draft_policy: As for `planexec.parsing.parse_plan`.
+        catalog: As for `planexec.parsing.parse_plan`: the tools the plan may use (a
+            JSON plan's steps are read with it, so a step naming its tool in a field the
+            json dialect reads only with a catalog arrives as a tool step, as the whole
+            reply's parse reads it).
     """
 
-    def __init__(self, dialect: str = "auto", *, draft_policy: str = "last_complete") -> None:
+    def __init__(
+        self,
+        dialect: str = "auto",
+        *,
+        draft_policy: str = "last_complete",
+        catalog: CatalogLike | None = None,
+    ) -> None:
         from planexec.parsing import DIALECTS, DRAFT_POLICIES
 
         if dialect != "auto" and dialect not in DIALECTS:
@@ -165,6 +179,8 @@ class StreamingPlanParser:
             )
         self.dialect = dialect
         self.draft_policy = draft_policy
+        self.catalog = catalog
+        """The tools the plan may use (None: read without a catalog)."""
         self._chunks: list[str] = []  # the reply, as received
         self._ends: list[int] = []  # the end offset of each chunk
         self._size = 0
@@ -256,7 +272,9 @@ class StreamingPlanParser:
         plan: Plan | None = None
         error: PlanParseError | None = None
         try:
-            plan = parse_plan(text, self.dialect, draft_policy=self.draft_policy)
+            plan = parse_plan(
+                text, self.dialect, draft_policy=self.draft_policy, catalog=self.catalog
+            )
         except PlanParseError as exc:
             error = exc
         if plan is not None:
@@ -379,7 +397,12 @@ class StreamingPlanParser:
 
         try:
             with quiet():  # the whole reply's parse logs every finding once, at the end
-                plan = parse_plan(text, dialect or self.dialect, draft_policy=self.draft_policy)
+                plan = parse_plan(
+                    text,
+                    dialect or self.dialect,
+                    draft_policy=self.draft_policy,
+                    catalog=self.catalog,
+                )
         except PlanParseError:
             return ()
         if keep_dialect:

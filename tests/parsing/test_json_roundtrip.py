@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from planexec.parsing import parse_plan
 from planexec.parsing.jsonplan import ARGS_KEYS, DEPS_KEYS, TOOL_KEYS
+from planexec.parsing.streaming import StreamingPlanParser
 from planexec.plan import Plan, Ref, Template
 from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog
@@ -254,3 +255,31 @@ def test_no_field_disappears_without_a_diagnostic(
                 key, text, [str(d) for d in parsed.diagnostics])
     for key in top:
         assert any(f"'{key}'" in d.message and d.step is None for d in parsed.diagnostics), key
+
+
+@settings(max_examples=40, deadline=None)
+@given(plans(embedded=True), st.lists(st.integers(0, 10**6), max_size=12), st.data())
+def test_a_streamed_plan_read_with_the_catalog_ends_as_the_whole_parse_reads_it(
+    plan: list[GenStep], cuts: list[int], data: st.DataObject
+) -> None:
+    """The shapes only a catalog reads (a tool named under ``task`` or ``action``) stream
+    as tool steps: the stream's end is ``parse_plan(text, catalog=...)`` and the steps
+    reported live are its steps (without the catalog the stream read them otherwise)."""
+    name = data.draw(st.sampled_from([k for k, v in SHAPES.items() if v[2]]))
+    render, with_deps = SHAPES[name][0], SHAPES[name][1]
+    text = json.dumps(render(plan), indent=1)
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    parser = StreamingPlanParser(catalog=CATALOG)
+    live: dict[int, Any] = {}
+    for a, b in zip(points, points[1:], strict=False):
+        update = parser.feed(text[a:b])
+        for sid in update.withdrawn:
+            del live[sid]
+        live.update({s.id: s for s in update.arrived})
+    end = parser.finish()
+    for sid in end.update.withdrawn:
+        del live[sid]
+    live.update({s.id: s for s in end.update.arrived})
+    assert end.plan == parse_plan(text, catalog=CATALOG)
+    assert got(end.plan) == expected(plan, with_deps)  # the generated plan: the oracle
+    assert live == {s.id: s for s in end.plan.steps}
