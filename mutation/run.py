@@ -295,6 +295,8 @@ def mutate_one(
     else:
         status, detail = "killed", f"pytest exit status {code}"
     failed = _first_failure(output) if status == "killed" else None
+    if code is None:  # check such a kill: a loaded machine times out too
+        failed = "(timeout)"
     if status == "survived" and mutant.id in config.equivalents:
         status, detail = "equivalent", config.equivalents[mutant.id]
     return Outcome(mutant.id, mutant.module, status, mutant.why, rel, line,
