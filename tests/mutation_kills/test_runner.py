@@ -5,6 +5,7 @@ stale, how outcomes are scored, and that the mutant list and equivalents file ar
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -125,5 +126,9 @@ def test_a_stale_mutant_fails_the_run_and_the_check(runner: ModuleType, tmp_path
              "--equivalents", str(tmp_path / "none.toml")]
     assert runner.main([*lists, "--check"]) == 1
     out = tmp_path / "out"
-    assert runner.main([*lists, "--no-baseline", "--out", str(out)]) == 1
+    handler = signal.getsignal(signal.SIGTERM)  # main() installs its own
+    try:
+        assert runner.main([*lists, "--no-baseline", "--out", str(out)]) == 1
+    finally:
+        signal.signal(signal.SIGTERM, handler)
     assert "Stale mutants" in (out / "report.md").read_text()
