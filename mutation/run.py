@@ -11,9 +11,11 @@ one-line reason why it changes no behaviour.
 A mutant is found by its text, not by a line number, so it survives edits around it:
 ``find`` must occur exactly once in the module's files (within ``function`` when given,
 a function or ``Class.method`` name). When the code moved or changed and the text is no
-longer there (or is there twice) the mutant is reported *stale*: a warning that the list
-needs an update, not a failure (refactors move code). A survivor that is not on the
-equivalents list fails the run (exit status 1).
+longer there (or is there twice) the mutant is reported *stale*: the list needs an
+update, and the run fails (exit status 1), as it does for a mutant that does not compile
+or collects no test (*invalid*): a list that no longer applies must not pass unnoticed.
+A survivor that is not on the equivalents list fails the run too.
+``--check`` only checks that every mutant's text is found (no test runs: seconds).
 
 Usage (from the project root)::
 
@@ -22,6 +24,7 @@ Usage (from the project root)::
     python mutation/run.py --module resolver    # one module
     python mutation/run.py --id approval-raise-runs --keep-going
     python mutation/run.py --list               # the mutants and where they apply
+    python mutation/run.py --check              # fails when a mutant's text is not found
 
 The report is written to ``mutation/report.json`` and ``mutation/report.md`` (``--out``).
 """
@@ -48,6 +51,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 COPIED = ("planexec", "tests", "examples", "pyproject.toml", "README.md", "docs")
+FAILING = frozenset({"survived", "stale", "invalid"})
+"""The outcomes that fail a run: a bug let through, or a mutant list that no longer applies."""
 
 
 @dataclass
@@ -290,6 +295,8 @@ def mutate_one(
     else:
         status, detail = "killed", f"pytest exit status {code}"
     failed = _first_failure(output) if status == "killed" else None
+    if code is None:  # check such a kill: a loaded machine times out too
+        failed = "(timeout)"
     if status == "survived" and mutant.id in config.equivalents:
         status, detail = "equivalent", config.equivalents[mutant.id]
     return Outcome(mutant.id, mutant.module, status, mutant.why, rel, line,
@@ -319,7 +326,8 @@ def write_report(out: Path, outcomes: list[Outcome], config: Config, meta: dict[
     data = {"meta": meta, "summary": summary, "mutants": [asdict(o) for o in outcomes]}
     (out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
     md = ["# Mutation report", "", f"Command: `{meta['command']}`  ",
-          f"Commit: `{meta['commit']}`  ", f"Wall time: {meta['seconds']:.0f} s", "",
+          f"Commit: `{meta['commit']}`  ", f"Date: {meta.get('date', '?')}  ",
+          f"Wall time: {meta['seconds']:.0f} s", "",
           "| module | killed | survived | equivalent | stale | invalid | not run | score |",
           "|---|---|---|---|---|---|---|---|"]
     for name, row in sorted(summary["modules"].items()):
@@ -358,13 +366,17 @@ def _commit() -> str:
 
 
 def merge(reports: list[Path], out: Path, config: Config) -> int:
-    """Write one report from several runs' ``report.json``; 1 if a survivor is in it."""
+    """Write one report from several runs' ``report.json``.
+
+    Returns 1 if a survivor (or a stale or invalid mutant) is in it.
+    """
     by_id: dict[str, Outcome] = {}
-    commands, commits, seconds = [], [], 0.0
+    commands, commits, dates, seconds = [], [], [], 0.0
     for path in reports:
         data = json.loads(path.read_text())
         commands.append(data["meta"]["command"])
         commits.append(data["meta"]["commit"])
+        dates.append(data["meta"].get("date", "?"))
         seconds += data["meta"]["seconds"]
         for m in data["mutants"]:
             o = Outcome(**m)
@@ -374,14 +386,18 @@ def merge(reports: list[Path], out: Path, config: Config) -> int:
     order = {m.id: i for i, m in enumerate(config.mutants)}
     outcomes = sorted(by_id.values(), key=lambda o: order.get(o.id, len(order)))
     meta = {"command": " && ".join(commands), "commit": ", ".join(dict.fromkeys(commits)),
-            "seconds": seconds, "unknown_equivalents": []}
+            "date": ", ".join(dict.fromkeys(dates)), "seconds": seconds,
+            "unknown_equivalents": []}
     write_report(out, outcomes, config, meta)
     print(f"report: {out / 'report.md'}")
-    return 1 if any(o.status == "survived" for o in outcomes) else 0
+    return 1 if any(o.status in FAILING for o in outcomes) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the selected mutants; return 1 when one survives unlisted (or the baseline fails)."""
+    """Run the selected mutants; 1 when one survives unlisted or is stale or invalid.
+
+    2 when the unmutated tests fail (the baseline).
+    """
     # a terminated run still restores the module and removes its copy (finally blocks)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -395,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds for the whole run: no mutant starts after it (not-run)")
     p.add_argument("--out", type=Path, default=HERE)
     p.add_argument("--list", action="store_true", help="list the mutants and where they apply")
+    p.add_argument("--check", action="store_true",
+                   help="only check that each mutant's text is found once (exit 1 if not)")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the unmutated run of each module's tests")
     p.add_argument("--python", default=sys.executable)
@@ -430,14 +448,21 @@ def main(argv: list[str] | None = None) -> int:
             sampled += mine if module.ci_sample is None else mine[: module.ci_sample]
         chosen = [m for m in chosen if m in sampled]
     unknown_eq = sorted(set(config.equivalents) - {m.id for m in config.mutants})
-    if args.list:
+    if args.list or args.check:
+        stale = 0
         for m in chosen:
             where = locate(ROOT, config.modules[m.module], m)
+            stale += isinstance(where, str)
             shown = where if isinstance(where, str) else f"{where[0].relative_to(ROOT)}"
-            print(f"{m.id:45} {shown}")
-        return 0
+            if args.list or isinstance(where, str):
+                print(f"{m.id:45} {shown}")
+        if args.check:
+            print(f"{len(chosen) - stale} of {len(chosen)} mutants found"
+                  + (f"; {stale} STALE: update mutation/mutants.toml" if stale else ""))
+        return 1 if args.check and stale else 0
     began = time.monotonic()
     commit = _commit()  # what was copied (the run may outlast a commit)
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="planexec-mutation-") as tmp:
         work = Path(tmp)
@@ -461,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(outcome)
             partial = {"command": "(partial) python mutation/run.py "
                        + " ".join(argv if argv is not None else sys.argv[1:]),
-                       "commit": commit, "seconds": time.monotonic() - began,
+                       "commit": commit, "date": date, "seconds": time.monotonic() - began,
                        "unknown_equivalents": unknown_eq}
             write_report(args.out, outcomes, config, partial)  # kept if the run is stopped
             print(f"[{i}/{len(chosen)}] {outcome.status:10} {mutant.id} ({outcome.seconds} s)"
@@ -470,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "command": "python mutation/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": commit,
+        "date": date,
         "seconds": time.monotonic() - began,
         "unknown_equivalents": unknown_eq,
     }
@@ -479,16 +505,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:12} killed {row['killed']:3}  survived {row['survived']:3}  "
               f"equivalent {row['equivalent']:3}  stale {row['stale']:3}  score {row['score']}")
     survivors = [o for o in outcomes if o.status == "survived"]
+    broken = [o for o in outcomes if o.status in FAILING - {"survived"}]
     for o in outcomes:
-        if o.status in ("stale", "invalid", "not-run"):
+        if o.status == "not-run":
             print(f"warning: mutant {o.id} is {o.status}: {o.detail}", file=sys.stderr)
+    for o in broken:
+        print(f"{o.status.upper()} {o.id}: {o.detail}", file=sys.stderr)
     for eid in unknown_eq + summary["killed_but_listed_equivalent"]:
         print(f"warning: equivalents.toml lists {eid}, which is no longer a surviving mutant",
               file=sys.stderr)
     for o in survivors:
         print(f"SURVIVED {o.id} ({o.file}:{o.line}): {o.why}", file=sys.stderr)
     print(f"report: {args.out / 'report.md'}")
-    return 1 if survivors else 0
+    return 1 if survivors or broken else 0
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ __all__ = [
     "StepFinished",
     "StepStarted",
     "ToolCallStarted",
+    "ToolProgress",
 ]
 
 
@@ -125,6 +126,33 @@ class ToolCallStarted(Event):
     (resume runs such a step again either way); an unsafe one is committed, and flushed
     in the default durability, before the tool is called.
     """
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolProgress(Event):
+    """A tool call under way said how far it got.
+
+    From an MCP server's progress notification, or `planexec.tools.report_progress`
+    called inside a tool. Emitted by the executor for the step whose call it is,
+    between that call's `ToolCallStarted` and the step's `StepFinished`, only when
+    someone listens (the run's events or its trace). A run store records it like
+    `FallbackUsed`: held in memory and committed with the run's next checkpoint, never
+    a commit of its own.
+    """
+
+    step_id: int
+    tool: str
+    progress: float
+    """How far the call got (the server's number: it only grows)."""
+    total: float | None = None
+    """The total, when the tool knows it."""
+    message: str | None = None
+    """What the tool says it is doing."""
+    server: str | None = None
+    """The tool's server (an MCP server's name), if any."""
+    attempt: int = 1
+    """The call's attempt (`ToolCallStarted.attempt`)."""
+    plan_version: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)

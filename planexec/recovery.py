@@ -16,10 +16,15 @@ docs/recovery.md, overridable per kind. `RecoveryPolicy.decide` applies the tabl
   in the same plan, ``REPLAN`` instead of spending the rest of the re-resolution budget
   (counted per plan version: a new plan's step is re-resolved first);
 - ``REJECTED`` (a person rejected the call, `planexec.approval`) is never retried nor
-  re-resolved: an override to ``RETRY_STEP`` or ``RERESOLVE`` re-plans instead.
+  re-resolved: an override to ``RETRY_STEP`` or ``RERESOLVE`` re-plans instead;
+- a failure the executor judged a retry cannot fix (``StepError.retryable`` False: a
+  ``KeyError``, refused arguments, by the failure's class and the tool's ``retry_on``)
+  is never re-run as it was: ``RETRY_STEP`` re-plans, and ``RERESOLVE`` re-plans when
+  every argument of the refused call is fixed (plan literals, a person's edits), since
+  re-resolving would make the same call again.
 
 Every rule reads the typed fields of a `Failure` (kind, arguments, upstream step,
-safety, attempts), never its message: messages are for people.
+safety, attempts, retryable), never its message: messages are for people.
 
 `Limits` implements the executor's ``guard`` hook: total steps, per-tool calls and
 repeated sequences of tool calls. Hitting one fails the step with ``LIMIT_EXCEEDED``
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from planexec.errors import Action, ErrorKind
-from planexec.results import StepError, StepResult
+from planexec.results import ResolutionMethod, StepError, StepResult
 
 if TYPE_CHECKING:
     from planexec.config import LimitSettings, RecoverySettings
@@ -83,6 +88,8 @@ DEFAULT_POLICY: Mapping[ErrorKind, Action] = {
 
 _NEVER_OVERRIDDEN = (ErrorKind.CANCELLED,)
 _EMPTY_OUTPUT_RETRIES = 1
+_FIXED = (ResolutionMethod.LITERAL, ResolutionMethod.EDITED)
+"""How an argument got a value no re-resolution changes (`Failure.fixed_args`)."""
 _RETRIED_IN_STEP = (ErrorKind.EMPTY_OUTPUT, ErrorKind.TOOL_ERROR, ErrorKind.TOOL_TIMEOUT)
 """Kinds the executor retries within a step (safe tools): one more agent retry would
 multiply the calls, so a step that already made several attempts re-plans instead."""
@@ -115,6 +122,12 @@ class Failure:
     """For ``UPSTREAM_FAILED``: the step whose failure this one follows."""
     error: StepError | None = None
     """The step's `StepError` (the feedback of a re-resolution), when there is a step."""
+    retryable: bool | None = None
+    """Whether the same call may succeed if made again, as the executor judged it
+    (`StepError.retryable`): False, a retry cannot fix it; None, not judged."""
+    fixed_args: bool = False
+    """Whether every argument of the failed call is fixed: written in the plan or by a
+    person's edit, so that a re-resolution gives the same call (no argument to re-ask)."""
 
     @classmethod
     def from_result(
@@ -128,6 +141,7 @@ class Failure:
         """Build the failure of a step result that did not succeed (from its `StepError`)."""
         error = result.failure
         kind = error.kind if error else ErrorKind.TOOL_ERROR
+        retryable = error.retryable if error else None
         message = (error.message if error else None) or (
             f"step {result.step_id} ended {result.status}"
         )
@@ -144,6 +158,9 @@ class Failure:
             cause=cause,
             attempts=result.attempts,
             error=error,
+            retryable=retryable,
+            fixed_args=retryable is False
+            and all(m in _FIXED for m in result.resolution.values()),
         )
 
     @property
@@ -311,6 +328,13 @@ class RecoveryPolicy:
                     f"{kind} at {where}{tool}: argument(s) {shown} are literals written in "
                     "the plan; re-resolution never changes a literal, so re-planning"
                 )
+            elif failure.retryable is False and failure.fixed_args:
+                action = Action.REPLAN
+                reason = (
+                    f"{kind} at {where}{tool}: the call failed in a way a retry cannot fix, "
+                    "and every argument of it is written in the plan (or by a person): "
+                    "re-resolving would make the same call again, so re-planning"
+                )
             elif self.early_replan and times >= 2:
                 what = ", ".join(failure.args) or "the same argument"
                 action = Action.REPLAN
@@ -342,6 +366,13 @@ class RecoveryPolicy:
                 reason = (
                     f"{kind} at {where}{tool}: the tool is not marked safe "
                     "(read-only or idempotent), so it is never retried; re-planning"
+                )
+            elif failure.retryable is False:
+                action = Action.REPLAN
+                reason = (
+                    f"{kind} at {where}{tool}: the executor judged that another attempt "
+                    "cannot fix this failure (by its class and the tool's retry_on), so "
+                    "the step is not re-run as it was; re-planning"
                 )
             elif kind in _RETRIED_IN_STEP and failure.attempts > 1:
                 action = Action.REPLAN

@@ -306,8 +306,8 @@ class StepError:
     """Why a step did not succeed, as data: every decision reads these fields.
 
     Recovery, early re-plans, output blame and re-resolution read ``kind``, ``args``,
-    ``literal_args`` and ``upstream``; ``message`` and ``cause`` are for people and are
-    never searched for names or kinds.
+    ``literal_args``, ``upstream`` and ``retryable``; ``message`` and ``cause`` are for
+    people and are never searched for names or kinds.
     """
 
     kind: ErrorKind
@@ -326,6 +326,14 @@ class StepError:
     upstream: int | None = None
     """For ``UPSTREAM_FAILED`` (and references to steps that did not succeed): the
     step whose failure this one follows."""
+    retryable: bool | None = None
+    """Whether making the same call again may succeed, as the executor judged a tool
+    call's failure at the call boundary (by its class and the tool's ``retry_on``:
+    `planexec.resilience.classify_tool_failure`; an error payload by
+    ``executor.retry_error_payloads``). False: a retry cannot fix it, so recovery never
+    re-runs the step as it was; True: it may; None: not judged (a failure before or
+    around the call, or a record stored before this field): recovery decides as it
+    always did."""
 
     def __str__(self) -> str:
         return self.message
@@ -344,12 +352,14 @@ class StepError:
             "literal_args": list(self.literal_args),
             "cause": self.cause,
             "upstream": self.upstream,
+            "retryable": self.retryable,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepError:
         """Decode `to_dict`'s data."""
         upstream = data.get("upstream")
+        retryable = data.get("retryable")  # absent in records stored before the field
         return cls(
             kind=ErrorKind(data["kind"]),
             message=str(data.get("message") or ""),
@@ -357,6 +367,7 @@ class StepError:
             literal_args=tuple(str(a) for a in data.get("literal_args") or ()),
             cause=data.get("cause"),
             upstream=int(upstream) if upstream is not None else None,
+            retryable=bool(retryable) if retryable is not None else None,
         )
 
 

@@ -16,6 +16,12 @@ The module also holds the helpers the executor uses around a call: `invoke_tool`
 daemon thread of its own, so that a call that never returns can be abandoned),
 `normalize_output` (step outputs keep their structure), `check_output` (size, cycles,
 depth, what JSON cannot keep) and `error_payload`.
+
+**Progress of a call.** While the executor makes a call that someone listens to (the
+run's events, its trace), a tool may report how far it got with `report_progress`
+(planexec's MCP client reports each progress notification of its server that way:
+`progress_sink` is where it goes); the executor turns it into a
+`planexec.events.ToolProgress` of that step (`reporting_progress` installs the sink).
 """
 
 from __future__ import annotations
@@ -29,7 +35,16 @@ import json
 import threading
 import typing
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, TypeVar, cast
@@ -54,6 +69,7 @@ from planexec.results import MAX_JSON_DEPTH, encode_json, plain_json_size
 __all__ = [
     "AmbiguousToolError",
     "DirectCall",
+    "ProgressSink",
     "ToolCallError",
     "ToolCatalog",
     "ToolHints",
@@ -67,6 +83,9 @@ __all__ = [
     "invoke_tool",
     "load_tools",
     "normalize_output",
+    "progress_sink",
+    "report_progress",
+    "reporting_progress",
     "tool_hints",
 ]
 
@@ -840,6 +859,50 @@ def _takes_langchain_params(function: Callable[..., Any]) -> bool:
     except Exception:  # noqa: BLE001 - unresolvable annotations: let langchain call it
         return True
     return any(hint is RunnableConfig for hint in hints.values())
+
+
+ProgressSink = Callable[[float, "float | None", "str | None"], "Awaitable[None] | None"]
+"""Where a tool call's progress goes: ``sink(progress, total, message)``, awaited when it
+returns an awaitable."""
+
+_progress: contextvars.ContextVar[ProgressSink | None] = contextvars.ContextVar(
+    "planexec_tool_progress", default=None
+)
+
+
+def progress_sink() -> ProgressSink | None:
+    """Where the tool call being made reports its progress, or None (nobody listens).
+
+    Read it in the call's own context (a task the call starts inherits it; a callback
+    the call hands to another task should capture it first, as the MCP client does).
+    """
+    return _progress.get()
+
+
+async def report_progress(
+    progress: float, total: float | None = None, message: str | None = None
+) -> None:
+    """Report the progress of the tool call being made, from inside the tool.
+
+    Nothing happens outside a call, or when nobody listens to the run's events or
+    trace. Inside a call of the executor it becomes a `planexec.events.ToolProgress`
+    naming the run, the step and the tool.
+    """
+    sink = _progress.get()
+    if sink is not None:
+        out = sink(progress, total, message)
+        if out is not None:
+            await out
+
+
+@contextmanager
+def reporting_progress(sink: ProgressSink | None) -> Iterator[None]:
+    """Send the progress of calls made in this block (this context) to ``sink``."""
+    token = _progress.set(sink)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
 
 
 def callbacks_around() -> bool:

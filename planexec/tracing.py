@@ -20,6 +20,11 @@ run's config when the agent runs inside a runnable), langchain's own tracing swi
 on (``LANGSMITH_TRACING=true``), or OpenTelemetry enabled with `enable_otel`. Otherwise
 `start_trace` returns None and every call takes the untraced path.
 
+A tool call's progress (`planexec.events.ToolProgress`) is a langchain custom event
+named `PROGRESS_EVENT` on its step's chain run (``on_custom_event``, with the data
+``step_id``, ``tool``, ``progress``, ``total``, ``message``), and an event of that name
+on the step's span for `OpenTelemetryHandler`.
+
 `OpenTelemetryHandler` turns that same tree into OpenTelemetry spans (run → plan
 attempt → step → model or tool call) with the GenAI semantic-convention attributes
 (``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``,
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HANDLER_TIMEOUT",
+    "PROGRESS_EVENT",
     "CallbackRecorder",
     "OpenTelemetryHandler",
     "RunTrace",
@@ -76,6 +82,9 @@ _KIND = "planexec_kind"
 """Metadata key naming what a planexec chain run is: ``run``, ``attempt`` or ``step``."""
 
 _otel: OpenTelemetryHandler | None = None
+
+PROGRESS_EVENT = "planexec.tool.progress"
+"""The name of a tool call's progress: a custom event on its step's run, a span event."""
 
 HANDLER_TIMEOUT = 10.0
 """Seconds one trace event waits for the callback handlers before abandoning them."""
@@ -387,6 +396,25 @@ class RunTrace:
             f"the end of step {result.step_id}",
         )
 
+    async def tool_progress(
+        self, step_id: int, tool: str, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """Record a tool call's progress on its step's run (`PROGRESS_EVENT`)."""
+        if self.abandoned:
+            return
+        parent = self._parent(step_id)
+        data = {
+            "step_id": step_id,
+            "tool": tool,
+            "progress": progress,
+            "total": total,
+            "message": message,
+        }
+        await self._event(
+            parent.get_child().on_custom_event(PROGRESS_EVENT, data, run_id=parent.run_id),
+            f"the progress of step {step_id}",
+        )
+
     async def end(self, outputs: Mapping[str, Any], error: BaseException | None = None) -> None:
         """Close the run (after any open attempt and steps)."""
         for sid in list(self.steps):
@@ -592,6 +620,23 @@ class OpenTelemetryHandler(BaseCallbackHandler):
         """Close the tool call's span."""
         self._end(run_id)
 
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Add a tool call's progress (`PROGRESS_EVENT`) to its step's span as an event."""
+        if name != PROGRESS_EVENT or not isinstance(data, Mapping):
+            return
+        with self._lock:
+            span = self._spans.get(run_id)
+        if span is None:
+            return
+        attrs = {
+            "planexec.step_id": data.get("step_id"),
+            "gen_ai.tool.name": data.get("tool"),
+            "planexec.progress": data.get("progress"),
+            "planexec.progress.total": data.get("total"),
+            "planexec.progress.message": data.get("message"),
+        }
+        span.add_event(PROGRESS_EVENT, {k: v for k, v in attrs.items() if v is not None})
+
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Close the tool call's span with the error."""
         self._end(run_id, error=error)
@@ -611,6 +656,9 @@ class CallbackRecorder(BaseCallbackHandler):
         self.runs: dict[UUID, dict[str, Any]] = {}
         """Every run seen, by id: ``kind`` (chain, chat_model, tool), ``name``,
         ``parent`` (its parent's id), ``tags``, ``metadata``, ``error``."""
+        self.custom_events: list[tuple[UUID, str, Any]] = []
+        """Custom events (a tool call's progress, `PROGRESS_EVENT`): the run they were
+        sent on, their name and data, in order."""
         self._lock = threading.Lock()
 
     def _record(self, kind: str, run_id: UUID, parent: UUID | None, **info: Any) -> None:
@@ -660,6 +708,11 @@ class CallbackRecorder(BaseCallbackHandler):
         """Record a tool call."""
         kwargs.setdefault("name", (serialized or {}).get("name"))
         self._record("tool", run_id, parent_run_id, **kwargs)
+
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record a custom event (a tool call's progress)."""
+        with self._lock:
+            self.custom_events.append((run_id, name, data))
 
     def _error(self, error: BaseException, run_id: UUID) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ records in a `MemoryRunStore` and a `SQLiteRunStore`.
 
 A circuit breaker is shared by every step calling its tool, so which of several steps
 failing at once finds it open depends on the order their calls end: that is scheduling,
-not a path. Each step that fails therefore calls a tool of its own (``hang3``, ``bad5``),
+not a path. Each step that fails therefore calls a tool of its own (``hang3``, ``flaky5``),
 and the breakers open after two failures, so a step's own third attempt finds its
 breaker open: the breaker's path is run both ways, step by step.
 """
@@ -54,7 +54,7 @@ _TIMES = {"ts", "started_at", "duration", "at", "recorded_at", "decided_at", "re
 
 
 MAX_STEPS = 7
-_FAILING = ("bad", "payload", "hang")  # one tool per step: its breaker is its own
+_FAILING = ("bad", "payload", "hang", "flaky", "empty")  # one tool per step: its own breaker
 
 
 def _tools() -> ToolCatalog:
@@ -78,6 +78,8 @@ def _tools() -> ToolCatalog:
             fake_tool(f"bad{sid}", error="boom", args={"n": int}),
             fake_tool(f"payload{sid}", {"error": "no such thing"}, args={"n": int}),
             fake_tool(f"hang{sid}", function=hang, args={"n": int}, hints=SAFE),
+            fake_tool(f"flaky{sid}", function=flaky, args={"n": int}, hints=SAFE),
+            fake_tool(f"empty{sid}", [], args={"n": int}, hints=SAFE),
         )
     ]
     return ToolCatalog(
@@ -87,8 +89,6 @@ def _tools() -> ToolCatalog:
                       args={"x": int}, hints=SAFE),
             fake_tool("cat", function=lambda a, b="": f"{a}|{b}",
                       args={"a": object, "b": (str, "")}, hints=SAFE),
-            fake_tool("flaky", function=flaky, args={"n": int}, hints=SAFE),
-            fake_tool("empty", [], args={"n": int}, hints=SAFE),
             fake_tool("wipe", function=lambda target: f"wiped {target}",
                       args={"target": str}, hints={"destructive": True}),
         ]
@@ -139,7 +139,7 @@ def plans(draw: st.DrawFn) -> Plan:
         elif kind == "unknown":
             tool, args = "no_such_tool", {"n": k}
         elif kind == "flaky":  # its own counter: steps running at once may run in any order
-            tool, args = "flaky", {"n": sid * 10 + k}
+            tool, args = f"flaky{sid}", {"n": sid * 10 + k}
         elif kind in _FAILING:
             tool, args = f"{kind}{sid}", {"n": k}
         else:

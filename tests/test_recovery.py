@@ -304,3 +304,53 @@ def test_a_limit_matches_a_tool_by_name_or_by_server_and_name() -> None:
     message = seq.guard(step("history"), "history")
     assert message is not None and "sequence_limits[iot.sites → history]=0" in message
     assert Limits(per_tool_limits={"sites": 0}).guard(remote, "sites") is not None
+
+
+# ------------------------------------------------------------------ StepError.retryable
+
+
+def _tool_failed(kind: ErrorKind, retryable: bool | None, **methods: str) -> StepResult:
+    from planexec.results import ResolutionMethod
+
+    return StepResult(
+        2, "history", StepStatus.FAILED, attempts=1,
+        resolution={n: ResolutionMethod(m) for n, m in methods.items()},
+        failure=StepError(kind, f"step 2: {kind}", retryable=retryable),
+    )
+
+
+@pytest.mark.parametrize("kind", [ErrorKind.TOOL_ERROR, ErrorKind.TOOL_TIMEOUT,
+                                  ErrorKind.EMPTY_OUTPUT])
+def test_a_failure_the_executor_judged_not_retryable_is_not_retried_by_the_agent(
+    kind: ErrorKind,
+) -> None:
+    policy = RecoveryPolicy()
+    no = Failure.from_result(_tool_failed(kind, False, sku="literal"), safe=True)
+    assert policy.decide(no, RecoveryState()).action is Action.REPLAN
+    for judged in (True, None):  # may help, or not judged (a record from before the field)
+        maybe = Failure.from_result(_tool_failed(kind, judged, sku="literal"), safe=True)
+        assert policy.decide(maybe, RecoveryState()).action is Action.RETRY_STEP
+
+
+def test_refused_arguments_are_re_resolved_only_when_a_re_resolution_can_change_one() -> None:
+    policy = RecoveryPolicy()
+    decide = lambda result: policy.decide(Failure.from_result(result, safe=True),  # noqa: E731
+                                          RecoveryState()).action
+    kind = ErrorKind.ARGS_INVALID
+    # every argument written in the plan (or edited by a person): the same call again
+    assert decide(_tool_failed(kind, False, sku="literal")) is Action.REPLAN
+    assert decide(_tool_failed(kind, False, sku="literal", n="edited")) is Action.REPLAN
+    assert decide(_tool_failed(kind, False)) is Action.REPLAN  # no argument at all
+    # an argument taken from a reference may come out otherwise
+    assert decide(_tool_failed(kind, False, sku="literal", n="reference")) is Action.RERESOLVE
+    # not judged at the call (the resolver's own validation, an old record): as before
+    assert decide(_tool_failed(kind, None, sku="literal")) is Action.RERESOLVE
+
+
+def test_retryable_round_trips_and_an_old_record_without_it_reads_as_unknown() -> None:
+    for value in (True, False, None):
+        error = StepError(ErrorKind.TOOL_ERROR, "m", retryable=value)
+        assert StepError.from_dict(error.to_dict()) == error
+    old = {"kind": "TOOL_ERROR", "message": "m", "args": [], "literal_args": [],
+           "cause": None, "upstream": None}
+    assert StepError.from_dict(old).retryable is None

@@ -174,3 +174,63 @@ async def test_a_tool_refusing_its_arguments_is_args_invalid_and_called_once() -
     assert result.error_kind is ErrorKind.ARGS_INVALID
     assert "x must be prime" in (result.error or "")
     assert _calls(tool) == 1
+
+
+# ------------------------------------------------------------------ through the whole agent
+# The executor's judgement travels as `StepError.retryable`, and the agent's recovery reads
+# it: a failure a retry cannot fix is not re-run by RETRY_STEP (nor re-resolved into the
+# same call) after the executor declined to retry it. A plan falls back on `backup`.
+
+
+def _agent_plan(tool: str, args: dict[str, Any]) -> str:
+    return f"#Task1: go\n#Tool1: {tool}\n#Args1: {json.dumps(args)}\n#Dependency1: None\n"
+
+
+async def _agent_run(lookup: Any, *, attempts: int = 3) -> tuple[Any, Any, Any]:
+    from planexec import PlanExecuteAgent
+    from planexec.config import AgentConfig
+    from planexec.testing import ScriptedChatModel
+
+    backup = fake_tool("backup", "found", hints=SAFE)
+    model = ScriptedChatModel(
+        replies=[_agent_plan("lookup", {"sku": "A-1"}), _agent_plan("backup", {}), "found"]
+    )
+    retry = RetrySettings(attempts=attempts, base_delay=0, max_delay=0, jitter=0)
+    config = AgentConfig(executor=ExecutorSettings(tool_retry=retry))
+    run = await PlanExecuteAgent(model, [lookup, backup], config=config).run("find A-1")
+    return run, lookup, backup
+
+
+@pytest.mark.parametrize(
+    "error",
+    [KeyError("sku"), ToolArgumentsError("sku must be upper case"), ValueError("bad sku")],
+    ids=lambda e: type(e).__name__,
+)
+@pytest.mark.parametrize("attempts", [3, 1])
+async def test_through_the_agent_a_failure_no_retry_can_fix_is_called_once(
+    error: BaseException, attempts: int
+) -> None:
+    lookup = fake_tool("lookup", "ok", args={"sku": str}, error=error, hints=SAFE)
+    run, lookup, backup = await _agent_run(lookup, attempts=attempts)
+    assert _calls(lookup) == 1  # not by the executor, not by RETRY_STEP, not re-resolved
+    assert _calls(backup) == 1 and run.answer == "found"
+    [failed] = [r for r in run.attempts[0].results if r.tool == "lookup"]
+    assert failed.failure is not None and failed.failure.retryable is False
+
+
+@pytest.mark.parametrize(
+    "error", [RetryableToolError("busy"), TimeoutError("slow")], ids=lambda e: type(e).__name__
+)
+async def test_through_the_agent_a_transient_failure_still_gets_its_retries(
+    error: BaseException,
+) -> None:
+    lookup = fake_tool("lookup", "ok", args={"sku": str}, error=error, hints=SAFE)
+    run, lookup, backup = await _agent_run(lookup)
+    assert _calls(lookup) == 3  # the executor's attempts; then a re-plan (no retry on top)
+    assert _calls(backup) == 1
+    [failed] = [r for r in run.attempts[0].results if r.tool == "lookup"]
+    assert failed.failure is not None and failed.failure.retryable is True
+    # one attempt in the step: the agent's RETRY_STEP re-runs it once
+    lookup = fake_tool("lookup", "ok", args={"sku": str}, error=error, hints=SAFE)
+    run, lookup, backup = await _agent_run(lookup, attempts=1)
+    assert _calls(lookup) == 2 and _calls(backup) == 1

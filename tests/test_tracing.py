@@ -453,3 +453,31 @@ def test_planexec_run_is_traced_like_an_agent_run(spans: Any, tmp_path: Any) -> 
         (2, "planexec:step 1"),
         (3, "execute_tool assets"),
     ]
+
+
+async def test_a_tool_calls_progress_is_an_event_on_its_steps_span(spans: Any) -> None:
+    from planexec.testing import ScriptedChatModel
+    from planexec.tools import report_progress
+    from planexec.tracing import PROGRESS_EVENT
+
+    async def work() -> str:
+        await report_progress(1, 2, "half")
+        await report_progress(2, 2)
+        return "ok"
+
+    plan = (
+        "#Task1: a\n#Tool1: idle\n#Args1: {}\n#Dependency1: None\n"
+        "#Task2: b\n#Tool2: work\n#Args2: {}\n#Dependency2: None\n"
+    )
+    tools = [fake_tool("idle", "x"), fake_tool("work", function=work)]
+    await PlanExecuteAgent(ScriptedChatModel(replies=[plan, "done"]), tools).run("go")
+    finished = spans.get_finished_spans()
+    with_events = {s.name: s.events for s in finished if s.events}
+    assert list(with_events) == ["planexec:step 2"]
+    [first, second] = with_events["planexec:step 2"]
+    assert first.name == second.name == PROGRESS_EVENT
+    assert dict(first.attributes) == {
+        "planexec.step_id": 2, "gen_ai.tool.name": "work", "planexec.progress": 1,
+        "planexec.progress.total": 2, "planexec.progress.message": "half",
+    }
+    assert "planexec.progress.message" not in dict(second.attributes)

@@ -40,7 +40,7 @@ from planexec._retry import RetryPolicy, classify_tool_failure, retry_async
 from planexec._text import as_text, cut
 from planexec.approval import ApprovalAction
 from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind
-from planexec.events import ToolCallStarted
+from planexec.events import ToolCallStarted, ToolProgress
 from planexec.executor._protocols import call_options
 from planexec.executor._state import (
     AttemptFailed,
@@ -61,6 +61,7 @@ from planexec.tools import (
     ToolSpec,
     check_output,
     error_payload,
+    reporting_progress,
     sync_only,
 )
 
@@ -139,7 +140,7 @@ async def _make_call(
             message,
             output=failed.output,
             raw_output=failed.raw,
-            failure=StepError(failed.kind, message, cause=failed.cause),
+            failure=StepError(failed.kind, message, cause=failed.cause, retryable=failed.retry),
         ) from failed
     kept: str | None = None
     warnings = ctx.warnings
@@ -437,9 +438,18 @@ async def attempt(
         if bus.listening:  # e.g. the run store commits an unsafe call's start
             await bus.emit(start)
     # ================================================================
+    # the call's progress, when someone listens: `ToolProgress` events of this step
+    progress = None
+    if bus.listening or run.trace is not None:
+        progress = _Progress(run, step.id, spec, ctx.attempts)
     try:
-        call = _tool_call(run, ctx, spec, args, timeout)
-        raw = await call
+        if progress is None:
+            call = _tool_call(run, ctx, spec, args, timeout)
+            raw = await call
+        else:
+            with reporting_progress(progress):
+                call = _tool_call(run, ctx, spec, args, timeout)
+                raw = await call
         # a call in a task of its own is waited for; an inline one says
         ctx.waited = call.waited if type(call) is _InlineCall else True
     except asyncio.CancelledError:
@@ -463,6 +473,9 @@ async def attempt(
             retry=failure.retry,
             cause=f"{type(exc).__name__}: {cut(str(exc), 500)}",
         ) from exc
+    finally:
+        if progress is not None:
+            progress.open = False  # a late notification (an abandoned call) is dropped
     breaker.record_success()
     try:
         output, raw_out, found = check_output(raw, limit=output_limit)
@@ -528,6 +541,45 @@ async def attempts(
         await run.bus.emit(run.warn(step.id, "TOOL_RETRY", message))
 
     return await retry_async(one, policy, retry_if, on_retry=on_retry)
+
+
+class _Progress:
+    """The progress sink of one call (`planexec.tools.ProgressSink`).
+
+    What the tool reports becomes a `ToolProgress` of its step, and an event on the
+    step's trace span.
+    """
+
+    __slots__ = ("attempt", "open", "run", "spec", "step_id")
+
+    def __init__(self, run: RunState, step_id: int, spec: ToolSpec, attempt: int) -> None:
+        self.run = run
+        self.step_id = step_id
+        self.spec = spec
+        self.attempt = attempt
+        self.open = True
+        """False once the attempt ended: what comes later is not this call's any more."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if not self.open:
+            return
+        run, spec = self.run, self.spec
+        if run.bus.listening:
+            await run.bus.emit(
+                ToolProgress(
+                    run_id=run.run_id,
+                    step_id=self.step_id,
+                    tool=spec.name,
+                    server=spec.server,
+                    progress=progress,
+                    total=total,
+                    message=message,
+                    attempt=self.attempt,
+                    plan_version=run.plan_version,
+                )
+            )
+        if run.trace is not None:
+            await run.trace.tool_progress(self.step_id, spec.name, progress, total, message)
 
 
 # ------------------------------------------------------------------ the runner's call

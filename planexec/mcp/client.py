@@ -66,11 +66,13 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 
 from planexec._log import logger
 from planexec.errors import ConfigError, ToolArgumentsError, ToolLoadError, require_extra
 from planexec.schemas import InvalidSchemaError, SchemaArgs, schema_validator
+from planexec.tools import progress_sink
 
 require_extra("mcp", "mcp")
 
@@ -88,6 +90,8 @@ __all__ = [
     "MCPSessionPool",
     "MCPTool",
     "MCPToolset",
+    "MemoryTokenStorage",
+    "OAuthClientCredentials",
     "ServerConfig",
     "StdioServerConfig",
     "load_mcp_config",
@@ -130,6 +134,77 @@ class StdioServerConfig(BaseModel):
     """Seconds the server may take to start and list its tools."""
 
 
+class OAuthClientCredentials(BaseModel):
+    """OAuth 2 for an HTTP server: the client credentials grant, by the MCP SDK's client auth.
+
+    On the server's ``401`` the SDK discovers the authorization server (protected
+    resource metadata, then the server's metadata), asks its token endpoint for a token
+    with the client's id and secret, and sends it as a bearer token; tokens are kept in
+    memory for the session (`MemoryTokenStorage`) and asked again when they expire.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["oauth"]
+    """``oauth``."""
+    grant: Literal["client_credentials"] = "client_credentials"
+    """The grant: only ``client_credentials`` (a machine client; the authorization code
+    flow needs a person and a browser, which a runtime does not have)."""
+    client_id: str = Field(min_length=1)
+    """The client's id at the authorization server."""
+    client_secret_env: str = Field(min_length=1)
+    """The environment variable holding the client's secret (never the secret itself:
+    the config file holds no secret). Read when the session starts."""
+    scopes: list[str] = Field(default_factory=list)
+    """Scopes to ask for (none: the server's default)."""
+    issuer: str | None = None
+    """The authorization server the credentials belong to (its issuer URL): a token is
+    only asked of that server, whatever the MCP server points to. Strongly advised;
+    without it the SDK warns (``MCPDeprecationWarning``) and uses the one discovered."""
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] = (
+        "client_secret_basic"
+    )
+    """How the secret is sent to the token endpoint."""
+
+    def secret(self) -> str:
+        """The client's secret, from `client_secret_env`.
+
+        Raises:
+            ToolLoadError: the variable is not set (or empty).
+        """
+        value = os.environ.get(self.client_secret_env)
+        if not value:
+            raise ToolLoadError(
+                f"auth.client_secret_env: the environment variable "
+                f"{self.client_secret_env!r} (the OAuth client secret) is not set"
+            )
+        return value
+
+
+class MemoryTokenStorage:
+    """The SDK's ``TokenStorage`` in memory: one per session, gone when it closes."""
+
+    def __init__(self) -> None:
+        self._tokens: Any = None
+        self._client: Any = None
+
+    async def get_tokens(self) -> Any:
+        """The tokens got so far (None before the first)."""
+        return self._tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        """Keep the tokens."""
+        self._tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        """The client's information (None before it is set)."""
+        return self._client
+
+    async def set_client_info(self, client_info: Any) -> None:
+        """Keep the client's information."""
+        self._client = client_info
+
+
 class HTTPServerConfig(BaseModel):
     """A server reached over streamable HTTP."""
 
@@ -141,6 +216,9 @@ class HTTPServerConfig(BaseModel):
     """The MCP endpoint, e.g. ``http://127.0.0.1:8000/mcp``."""
     headers: dict[str, str] = Field(default_factory=dict)
     """HTTP headers sent with every request (e.g. ``Authorization``)."""
+    auth: OAuthClientCredentials | None = None
+    """OAuth for the server (`OAuthClientCredentials`), instead of a static
+    ``Authorization`` header."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds a tool call may take (default `DEFAULT_CALL_TIMEOUT`)."""
     startup_timeout: float | None = Field(default=None, gt=0)
@@ -152,6 +230,38 @@ class HTTPServerConfig(BaseModel):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> HTTPServerConfig:
+        if self.auth is not None and any(k.lower() == "authorization" for k in self.headers):
+            raise ValueError(
+                "headers.Authorization and auth are both set: authenticate one way "
+                "(auth gets and sends the bearer token itself)"
+            )
+        return self
+
+    def oauth_provider(self) -> Any:
+        """The SDK's ``httpx.Auth`` for `auth` (None without it).
+
+        Raises:
+            ToolLoadError: the client secret's environment variable is not set.
+        """
+        auth = self.auth
+        if auth is None:
+            return None
+        from mcp.client.auth.extensions.client_credentials import (
+            ClientCredentialsOAuthProvider,
+        )
+
+        return ClientCredentialsOAuthProvider(
+            server_url=self.url,
+            storage=MemoryTokenStorage(),
+            client_id=auth.client_id,
+            client_secret=auth.secret(),
+            token_endpoint_auth_method=auth.token_endpoint_auth_method,
+            scope=" ".join(auth.scopes) or None,
+            issuer=auth.issuer,
+        )
 
 
 def _server_kind(value: Any) -> str:
@@ -568,7 +678,12 @@ class MCPServerSession:
             transport = stdio_client(params, errlog=self._stderr)
             return Client(transport)  # calls are bounded by `call` (an idle timeout)
         return Client(
-            _http_transport(self.config.url, dict(self.config.headers), self._on_http_status)
+            _http_transport(
+                self.config.url,
+                dict(self.config.headers),
+                self._on_http_status,
+                auth=self.config.oauth_provider(),
+            )
         )
 
     def _on_http_status(self, status: int) -> None:
@@ -581,9 +696,12 @@ class MCPServerSession:
             return ""
         if status in (401, 403):
             word = "Unauthorized" if status == 401 else "Forbidden"
+            what = "the token in headers.Authorization"
+            if isinstance(self.config, HTTPServerConfig) and self.config.auth is not None:
+                what = "auth.client_id, the secret in auth.client_secret_env and auth.scopes"
             return (
-                f" (HTTP {status} {word}: check the token in headers.Authorization of "
-                f"server {self.name!r} in the MCP config)"
+                f" (HTTP {status} {word}: check {what} of server {self.name!r} in the MCP "
+                "config)"
             )
         return f" (HTTP {status})"
 
@@ -661,6 +779,9 @@ class MCPServerSession:
         limit = timeout or self.call_timeout
         self.calls += 1
         heard = [time.monotonic(), 0]  # when the server last said something, how often
+        # the call's own sink (the executor's ToolProgress of its step), read here, in the
+        # call's context: the SDK calls `heard_progress` from the session's task
+        sink = progress_sink()
 
         async def heard_progress(
             progress: float, total: float | None, message: str | None
@@ -674,6 +795,10 @@ class MCPServerSession:
                 out = hook(note)
                 if inspect.isawaitable(out):
                     await out
+            if sink is not None:
+                told = sink(progress, total, message)
+                if told is not None:
+                    await told
 
         # A progress token on every call (the SDK sends one when given a callback); the
         # limit is an idle timeout: each progress notification starts it again.
@@ -794,17 +919,17 @@ def _leaf(exc: BaseException) -> str:
 
 @contextlib.asynccontextmanager
 async def _http_transport(
-    url: str, headers: dict[str, str], on_error_status: Any = None
+    url: str, headers: dict[str, str], on_error_status: Any = None, *, auth: Any = None
 ) -> AsyncIterator[Any]:
     """A streamable HTTP transport sending ``headers`` with every request.
 
     ``on_error_status(status)`` is called for each response with a status >= 400 (the
-    SDK reports those without their status).
+    SDK reports those without their status). ``auth``: the SDK's OAuth provider, if any.
     """
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    async with create_mcp_http_client(headers=headers or None) as http:
+    async with create_mcp_http_client(headers=headers or None, auth=auth) as http:
         if on_error_status is not None:
 
             async def hook(response: Any) -> None:
@@ -865,6 +990,27 @@ class MCPTool(StructuredTool):
     def tool_call_schema(self) -> Any:
         """The args schema (its JSON Schema is the server's input schema)."""
         return self.args_schema
+
+    def _parse_input(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> str | dict[str, Any]:
+        """The validated input, keeping only the arguments the call gave.
+
+        langchain-core (1.x) also passes every optional field's default; for a server's
+        tool that would send ``null`` (or the schema's default) for arguments the call
+        never gave, which the schema may not even allow. The server gets what was
+        given and validated (`planexec.schemas.SchemaArgs` validates exactly that).
+        """
+        parsed = super()._parse_input(tool_input, tool_call_id)
+        if not isinstance(parsed, dict) or not isinstance(tool_input, dict):
+            return parsed
+        fields = getattr(self.args_schema, "model_fields", {})
+        given = {
+            name
+            for name, info in fields.items()
+            if name in tool_input or (info.alias is not None and info.alias in tool_input)
+        }
+        return {k: v for k, v in parsed.items() if k in given or k not in fields}
 
 
 def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> BaseTool:

@@ -147,6 +147,23 @@ async def test_each_schema_violation_is_args_invalid_and_never_reaches_the_serve
     assert _calls(log) == [{"tool": "order", "args": good}]
 
 
+async def test_the_server_gets_only_the_arguments_given_never_a_filled_in_default(
+    tmp_path: Path,
+) -> None:
+    # langchain-core passes every optional field's default to a tool's function: the
+    # server would get "speed": null, "item": null, which its schema does not allow.
+    config, log = _config(tmp_path)
+    given = {"count": 1, "code": "AB-1"}
+    async with MCPToolset(config) as toolset:
+        [result] = await Executor(ToolCatalog(toolset.tools)).run(_plan("order", given))
+        assert result.status is StepStatus.SUCCEEDED, result.error
+        await toolset.tools_for("lax")[0].ainvoke({**given, "speed": "slow"})
+    assert _calls(log) == [
+        {"tool": "order", "args": given},
+        {"tool": "order", "args": {**given, "speed": "slow"}},
+    ]
+
+
 async def test_a_server_answering_invalid_params_is_called_once_and_the_step_is_args_invalid(
     tmp_path: Path,
 ) -> None:
@@ -218,3 +235,28 @@ def test_formats_the_validator_can_check_are_checked() -> None:
     }
     with pytest.raises(ValidationError, match="format"):
         model.model_validate({"mail": "nobody"})
+
+
+async def test_through_the_agent_a_server_answering_invalid_params_is_called_once(
+    tmp_path: Path,
+) -> None:
+    # The step's arguments are plan literals: re-resolving would make the same call, and a
+    # RETRY_STEP would too; the agent re-plans (onto `order`) instead.
+    from planexec import PlanExecuteAgent
+    from planexec.testing import ScriptedChatModel
+
+    config, log = _config(tmp_path)
+    good = {"count": 1, "code": "AB-1"}
+    replies = [
+        f"#Task1: go\n#Tool1: picky\n#Args1: {json.dumps({'x': 4})}\n#Dependency1: None\n",
+        f"#Task1: go\n#Tool1: order\n#Args1: {json.dumps(good)}\n#Dependency1: None\n",
+        "ordered",
+    ]
+    async with MCPToolset(config) as toolset:
+        agent = PlanExecuteAgent(ScriptedChatModel(replies=replies), toolset.tools)
+        run = await agent.run("order one")
+    assert run.answer == "ordered"
+    [refused] = run.attempts[0].results
+    assert refused.error_kind is ErrorKind.ARGS_INVALID
+    assert refused.failure is not None and refused.failure.retryable is False
+    assert _calls(log) == [{"tool": "picky", "args": {"x": 4}}, {"tool": "order", "args": good}]

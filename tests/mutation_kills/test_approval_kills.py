@@ -11,15 +11,20 @@ from typing import Any
 
 from planexec.agent import PlanExecuteAgent
 from planexec.approval import (
+    ApprovalAction,
     ApprovalDecision,
+    ApprovalGate,
     ApprovalPolicy,
     ApprovalRequest,
     pending_approvals,
     recorded_decisions,
 )
 from planexec.config import AgentConfig
-from planexec.events import ApprovalDecided, ApprovalRequested, Event
+from planexec.events import ApprovalDecided, ApprovalRequested, Event, EventBus
+from planexec.executor import Executor
+from planexec.plan import Plan, Step
 from planexec.results import RunStatus, StepStatus
+from planexec.store import MemoryRunStore
 from planexec.store.codec import event_to_json
 from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog, ToolSpec
@@ -94,7 +99,9 @@ def spec_of(name: str, hints: dict[str, Any], server: str | None = None) -> Tool
 
 
 async def test_a_callback_that_raises_leaves_the_tool_uncalled_and_the_step_waiting() -> None:
-    """Kills approval-raise-runs."""
+    """A raising callback: the step waits (approval-raise-runs is killed by
+    test_a_callback_that_raises_leaves_the_limits_uncounted: the claim at the call stops
+    the tool whatever the callback's branch answers)."""
     approver = Approver([RuntimeError("approval service down")])
     a, events = agent(approver)
     run = await a.execute_plan(PLAN)
@@ -210,3 +217,134 @@ async def test_a_step_without_a_callback_is_deferred_and_the_request_recorded() 
     assert run.status is RunStatus.WAITING_APPROVAL
     assert calls(a.catalog, "open_order") == []
     assert [e.step_id for e in events if isinstance(e, ApprovalRequested)] == [2]
+
+
+# -- the gate over the store (requests, decisions and claims are records) ------------------
+
+
+def gate_of(approver: Approver | None, store: MemoryRunStore | None = None,
+            policy: ApprovalPolicy | None = None) -> ApprovalGate:
+    return ApprovalGate(policy or ApprovalPolicy(), approver, bus=EventBus(), run_id="r",
+                        store=store if store is not None else MemoryRunStore())
+
+
+def open_order() -> ToolSpec:
+    spec = ToolCatalog(tools()).lookup("open_order")
+    assert spec is not None
+    return spec
+
+
+ORDER = Step(id=2, tool="open_order", args={"asset": "CH-6", "priority": "high"})
+
+
+async def review(gate: ApprovalGate, args: dict[str, Any], *, plan_version: int = 1,
+                 spec: ToolSpec | None = None, step: Step = ORDER) -> ApprovalDecision | None:
+    return await gate.review(step, spec or open_order(), args, {}, plan_version=plan_version)
+
+
+async def test_a_decision_of_plan_version_1_does_not_apply_to_a_later_plan() -> None:
+    """Kills approval-decision-any-version: the same step id in plan version 2 is
+    another step; its call is asked about again (and recorded for version 2)."""
+    approver = Approver([ApprovalDecision.approve(by="ann")])
+    gate = gate_of(approver)
+    args = {"asset": "CH-6", "priority": "high"}
+    first = await review(gate, args)
+    assert first is not None and first.args == args
+    again = await review(gate, args, plan_version=2)
+    assert len(approver.requests) == 2
+    assert [r.plan_version for r in approver.requests] == [1, 2]
+    assert again is not None and again.action is ApprovalAction.APPROVE
+    assert sorted(r.plan_version for r in gate.store.approval_requests("r")) == [1, 2]
+
+
+async def test_a_recorded_decision_applies_only_to_its_tool_and_arguments() -> None:
+    """Kills approval-recorded-other-args and approval-recorded-other-tool."""
+    approver = Approver([ApprovalDecision.approve(by="ann")])
+    gate = gate_of(approver)
+    first = await review(gate, {"asset": "CH-6", "priority": "high"})
+    assert first is not None and first.args == {"asset": "CH-6", "priority": "high"}
+    other = await review(gate, {"asset": "CH-7", "priority": "high"})
+    assert len(approver.requests) == 2  # other arguments: asked again
+    assert other is not None and other.args == {"asset": "CH-7", "priority": "high"}
+    close = fake_tool("close_order", function=lambda asset, priority: "closed",
+                      args={"asset": str, "priority": int | str}, hints=DESTRUCTIVE)
+    spec = ToolCatalog([close]).lookup("close_order")
+    assert spec is not None
+    third = await review(gate, {"asset": "CH-7", "priority": "high"}, spec=spec)
+    assert len(approver.requests) == 3  # another tool, same arguments: asked again
+    assert third is not None and approver.requests[-1].tool == "close_order"
+
+
+async def test_a_claimed_decision_is_not_applied_again() -> None:
+    """Kills approval-claimed-decision-reapplied: once a call claimed the decision, the
+    next call of the step (a retry by recovery) asks again."""
+    approver = Approver([ApprovalDecision.approve(by="ann")])
+    gate = gate_of(approver)
+    args = {"asset": "CH-6", "priority": "high"}
+    await review(gate, args)
+    gate.claim(ORDER.id, 1, "open_order", args, None)
+    again = await review(gate, args)
+    assert len(approver.requests) == 2
+    assert again is not None and again.action is ApprovalAction.APPROVE
+    gate.claim(ORDER.id, 1, "open_order", args, None)  # the new decision allows one call
+
+
+async def test_asking_twice_about_the_same_call_keeps_one_open_request() -> None:
+    """Kills approval-open-request-reopened."""
+    gate = gate_of(None)
+    seen: list[Event] = []
+    gate.bus = EventBus([seen.append])
+    args = {"asset": "CH-6", "priority": "high"}
+    for _ in range(2):
+        decision = await review(gate, args)
+        assert decision is not None and decision.action is ApprovalAction.DEFER
+    assert len(gate.store.approval_requests("r")) == 1
+    assert len([e for e in seen if isinstance(e, ApprovalRequested)]) == 1
+
+
+async def test_the_policy_recorded_for_the_run_holds_under_another_config() -> None:
+    """Kills approval-recorded-policy-ignored: a run that asked under require = all
+    resumes under the default policy; its read-only steps still need approval."""
+    store = MemoryRunStore()
+    every = gate_of(None, store, ApprovalPolicy(require=frozenset({"all"})))
+    await review(every, {"asset": "CH-6", "priority": "high"})
+    resumed = gate_of(None, store)
+    read = ToolCatalog(tools()).lookup("assets")
+    assert read is not None
+    assert resumed.needs(read, 1, 1) is not None
+    assert gate_of(None).needs(read, 1, 1) is None  # the default policy alone: no
+
+
+async def test_a_decision_on_record_wins_over_the_callback_that_came_second() -> None:
+    """Kills approval-late-decider-wins: another decider (a person on the console) was
+    first; the callback's approval is not what the gate answers."""
+    store = MemoryRunStore()
+
+    class Late(Approver):
+        async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+            store.decide_request("r", request.plan_version, request.step_id,
+                                 action="reject", args=None, reason="not today", by="bob")
+            return await super().__call__(request)
+
+    gate = gate_of(Late([ApprovalDecision.approve(by="ann")]), store)
+    decision = await review(gate, {"asset": "CH-6", "priority": "high"})
+    assert decision is not None
+    assert (decision.action, decision.by) == (ApprovalAction.REJECT, "bob")
+
+
+async def test_a_callback_that_raises_leaves_the_limits_uncounted() -> None:
+    """Kills approval-raise-runs: a step waiting for a decision is not admitted by the
+    limits guard (it would count against max_steps and the per-tool limits)."""
+    admitted: list[tuple[int, str]] = []
+
+    def guard(step: Step, tool: str) -> str | None:
+        admitted.append((step.id, tool))
+        return None
+
+    cat = ToolCatalog(tools())
+    gate = gate_of(Approver([RuntimeError("approval service down")]))
+    results = await Executor(cat, approvals=gate, guard=guard).run(
+        Plan(steps=(ORDER,)))
+    assert [r.status for r in results] == [StepStatus.WAITING_APPROVAL]
+    assert admitted == []
+    assert calls(cat, "open_order") == []

@@ -8,17 +8,21 @@ like. Oracles: the fake tools' call logs and the step results' typed fields.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from planexec.approval import ApprovalAction, ApprovalDecision
-from planexec.errors import ErrorKind
+from planexec.approval import ApprovalAction, ApprovalDecision, ApprovalGate, ApprovalPolicy
+from planexec.errors import ClaimRefusal, DecisionClaimError, ErrorKind
+from planexec.events import EventBus
 from planexec.executor import Executor
 from planexec.plan import Plan, Ref, Step
 from planexec.results import ResolutionMethod, StepResult, StepStatus
 from planexec.selection import ToolChoice
+from planexec.store import ApprovalRecord, MemoryRunStore, RequestState, RunStore, SQLiteRunStore
+from planexec.store.codec import args_digest
 from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog, ToolSpec
 
@@ -172,3 +176,167 @@ async def test_non_finite_edited_arguments_are_refused_before_the_call(bad: floa
     assert out[1].error_kind is ErrorKind.ARGS_INVALID
     assert calls(setpoint, "setpoint") == []
     assert calls(cat, "setpoint") == []
+
+
+# -- the gate: an approved call claims its decision --------------------------------------
+
+
+class ClaimRefused(Gate):
+    """Approves every call, but no claim succeeds (the decision was taken by another)."""
+
+    def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
+              start: Any) -> None:
+        raise DecisionClaimError("claimed already", refusal=ClaimRefusal.ALREADY_CLAIMED)
+
+
+async def test_a_refused_claim_leaves_the_tool_uncalled() -> None:
+    """Kills exec-claim-refusal-runs."""
+    cat = catalog()
+    gate = ClaimRefused(ApprovalDecision(ApprovalAction.APPROVE, args={"site": "MAIN"}))
+    out = await run(cat, Step(id=1, tool="wipe", server="iot", args={"site": "MAIN"}),
+                    approvals=gate)
+    assert out[1].status is StepStatus.WAITING_APPROVAL
+    assert calls(cat, "wipe") == []
+
+
+async def test_an_approved_call_claims_its_decision_in_the_store() -> None:
+    """Kills exec-claim-skipped: the decision is spent by the call (claimed, with the
+    call's start recorded), so it cannot allow a second one."""
+    cat = catalog()
+    store = MemoryRunStore()
+
+    async def approve(request: Any) -> ApprovalDecision:
+        return ApprovalDecision.approve(by="ann")
+
+    gate = ApprovalGate(ApprovalPolicy(), approve, bus=EventBus(), run_id="r", store=store)
+    out = await run(cat, Step(id=1, tool="wipe", server="iot", args={"site": "MAIN"}),
+                    approvals=gate, run_id="r")
+    assert out[1].status is StepStatus.SUCCEEDED
+    [record] = store.approval_requests("r")
+    assert record.state is RequestState.CLAIMED
+    assert [e["type"] for e in store.events("r")].count("ToolCallStarted") == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "kind"),
+    [({"site": "<step_1.id>"}, ErrorKind.RESOLUTION_FAILED),
+     ({"site": ["MAIN", "SOUTH"]}, ErrorKind.ARGS_INVALID)],
+)
+async def test_edited_arguments_are_checked_before_the_call(
+    edit: dict[str, Any], kind: ErrorKind
+) -> None:
+    """Kills exec-edited-args-unchecked: an edit holding a placeholder, or failing the
+    tool's schema, is refused after approval (the hook is ours, not the gate's)."""
+    cat = catalog()
+    gate = Gate(ApprovalDecision(ApprovalAction.EDIT, args=edit, edited=edit))
+    out = await run(cat, Step(id=1, tool="wipe", server="iot", args={"site": "MAIN"}),
+                    approvals=gate)
+    assert out[1].error_kind is kind
+    assert calls(cat, "wipe") == []
+
+
+class PlaceholderSelector(Selector):
+    """Selects ``wipe`` with an argument that still holds a placeholder."""
+
+    async def select(self, step: Step, catalog: ToolCatalog, inputs: Mapping[int, StepResult],
+                     *, feedback: Any = None) -> ToolChoice:
+        spec = catalog.get("wipe", "iot")
+        return ToolChoice(spec=spec, args={"site": "<main_site_id>"}, candidates=("iot.wipe",),
+                          scope="server 'iot'")
+
+
+async def test_a_selected_tool_is_not_called_with_a_placeholder() -> None:
+    """Kills exec-invariant-unchecked."""
+    cat = catalog()
+    out = await run(cat, Step(id=1, task="wipe the main site", server="iot"),
+                    selector=PlaceholderSelector(), approvals=Gate(None))
+    assert out[1].status is StepStatus.FAILED
+    assert calls(cat, "wipe") == []
+
+
+async def test_the_limits_guard_is_asked_before_every_call() -> None:
+    """Kills exec-guard-skipped."""
+    cat = catalog()
+    asked: list[tuple[int, str]] = []
+
+    def guard(step: Step, tool: str) -> str | None:
+        asked.append((step.id, tool))
+        return "max_steps reached"
+
+    out = await run(cat, Step(id=1, tool="sites"), guard=guard)
+    assert asked == [(1, "sites")]
+    assert out[1].error_kind is ErrorKind.LIMIT_EXCEEDED
+    assert calls(cat, "sites") == []
+
+
+# -- the store's claim rule (memory and SQLite: the stores a claim goes through) ----------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
+    made: RunStore = (MemoryRunStore() if request.param == "memory"
+                      else SQLiteRunStore(tmp_path / "runs.db"))
+    yield made
+    made.close()
+
+
+ARGS = {"amount": 5, "to": "bob"}
+
+
+def decided(store: RunStore, *, plan_version: int = 1, action: str = "approve") -> None:
+    store.open_request(ApprovalRecord(
+        run_id="r", plan_version=plan_version, step_id=2, tool="pay", args=dict(ARGS),
+        digest=args_digest(ARGS), reason="tool 'pay' is destructive"))
+    store.decide_request("r", plan_version, 2, action=action,
+                         args=None if action == "reject" else dict(ARGS), reason="r")
+
+
+def refusal(store: RunStore, *, plan_version: int = 1, tool: str = "pay",
+            args: dict[str, Any] = ARGS, claimer: str = "d") -> ClaimRefusal | None:
+    try:
+        store.claim_decision("r", plan_version, 2, tool=tool, digest=args_digest(args),
+                             claimer=claimer)
+    except DecisionClaimError as exc:
+        return exc.refusal
+    return None
+
+
+def test_a_decision_for_plan_version_1_is_not_claimed_by_plan_version_2(
+    store: RunStore,
+) -> None:
+    """Kills claim-any-version-memory and claim-any-version-sqlite: the same step id of a
+    later plan is another step; the decision does not allow its call."""
+    decided(store)
+    assert refusal(store, plan_version=2) is ClaimRefusal.NO_REQUEST
+    assert refusal(store) is None  # plan version 1's call: allowed, once
+
+
+def test_a_decision_allows_one_call_of_its_tool_with_its_arguments(store: RunStore) -> None:
+    """Kills claim-other-args, claim-other-tool, claim-twice and claim-no-request."""
+    assert refusal(store) is ClaimRefusal.NO_REQUEST
+    decided(store)
+    assert refusal(store, args={"amount": 500, "to": "bob"}) is ClaimRefusal.ARGS_MISMATCH
+    assert refusal(store, tool="close_account") is ClaimRefusal.TOOL_MISMATCH
+    assert refusal(store) is None
+    assert refusal(store) is ClaimRefusal.ALREADY_CLAIMED
+
+
+def test_undecided_rejected_and_withdrawn_requests_allow_no_call(store: RunStore) -> None:
+    """Kills claim-undecided and claim-withdrawn (claim-rejected's refusal is typed too)."""
+    store.open_request(ApprovalRecord(
+        run_id="r", plan_version=1, step_id=2, tool="pay", args=dict(ARGS),
+        digest=args_digest(ARGS), reason="tool 'pay' is destructive"))
+    assert refusal(store) is ClaimRefusal.UNDECIDED
+    store.decide_request("r", 1, 2, action="approve", args=dict(ARGS))
+    store.withdraw_request("r", 1, 2, "the draft was discarded")
+    assert refusal(store) is ClaimRefusal.WITHDRAWN
+    decided(store, action="reject")
+    assert refusal(store) is ClaimRefusal.REJECTED
+
+
+def test_only_the_lease_holder_claims_a_decision(store: RunStore) -> None:
+    """Kills claim-lease-ignored."""
+    decided(store)
+    store.acquire_lease("r", "driver-a", ttl=60)
+    assert refusal(store, claimer="driver-b") is ClaimRefusal.LEASE_LOST
+    assert refusal(store, claimer="driver-a") is None

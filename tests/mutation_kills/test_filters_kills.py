@@ -165,3 +165,22 @@ def test_free_text_found_nowhere_is_free_not_ungrounded() -> None:
     assert index.ground("note", "pump fine").status == "ungrounded"  # short: held
     assert index.ground("id", "CH-9").status == "ungrounded"
     assert index.ground("id", "CH-6").status == "grounded"
+
+
+def test_a_value_is_found_in_text_only_as_a_whole_word() -> None:
+    """Kills grounding-in-text-unbounded: CH-6 is not grounded by CH-60."""
+    index = OutputIndex({1: {"note": "check CH-60 today", "other": "see CH-7, then stop"}})
+    assert index.find("CH-6") == []
+    [(where, _)] = index.find("CH-60")
+    assert (where.step, where.path, where.in_text) == (1, ("note",), True)
+    assert [w.path for w, _ in index.find("ch-7")] == [("other",)]
+
+
+def test_a_made_up_identifier_of_the_outputs_shape_is_held_to_grounding() -> None:
+    """Kills grounding-shape-ignored: CH-7 looks like the outputs' CH-6 and CH-8 (under a
+    key the argument's name does not relate to), so a CH-7 found nowhere is ungrounded."""
+    index = OutputIndex({1: [{"name": "CH-6"}, {"name": "CH-8"}]})
+    assert [v for v, _ in index.candidates("asset", "CH-7")] == ["CH-6", "CH-8"]
+    assert index.held("asset", "CH-7")
+    assert index.ground("asset", "CH-7").status == "ungrounded"
+    assert not index.held("asset", "XJ9000")  # another shape, no related key: not held

@@ -5,6 +5,7 @@ stale, how outcomes are scored, and that the mutant list and equivalents file ar
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -91,3 +92,43 @@ def test_the_mutant_list_and_the_equivalents_are_sound(runner: ModuleType) -> No
     for module in config.modules.values():
         assert module.tests and all((ROOT / t).exists() for t in module.tests), module.name
     assert {m.module for m in config.mutants} == set(config.modules)
+
+
+def test_every_mutant_applies_to_the_code_as_it_is(runner: ModuleType) -> None:
+    """A refactor that moves a mutant's text fails here, in the suite, not only in a run."""
+    config = runner.load(ROOT / "mutation" / "mutants.toml",
+                         ROOT / "mutation" / "equivalents.toml")
+    stale = {
+        m.id: where
+        for m in config.mutants
+        if isinstance(where := runner.locate(ROOT, config.modules[m.module], m), str)
+    }
+    assert stale == {}
+
+
+STALE_LIST = '''
+[modules.m]
+files = ["planexec/approval.py"]
+tests = ["tests/test_imports.py"]
+
+[[mutant]]
+id = "gone"
+module = "m"
+find = "text that is in no module"
+replace = "x"
+why = "a mutant whose code was rewritten"
+'''
+
+
+def test_a_stale_mutant_fails_the_run_and_the_check(runner: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "mutants.toml").write_text(STALE_LIST)
+    lists = ["--mutants", str(tmp_path / "mutants.toml"),
+             "--equivalents", str(tmp_path / "none.toml")]
+    assert runner.main([*lists, "--check"]) == 1
+    out = tmp_path / "out"
+    handler = signal.getsignal(signal.SIGTERM)  # main() installs its own
+    try:
+        assert runner.main([*lists, "--no-baseline", "--out", str(out)]) == 1
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert "Stale mutants" in (out / "report.md").read_text()

@@ -215,3 +215,75 @@ def test_reading_brackets_piece_by_piece_is_reading_them_at_once(pieces: list[st
         state.feed(piece)
         assert state.open == _reference_open_brackets("".join(pieces[: i + 1]))
     assert _open_brackets("".join(pieces)) == _reference_open_brackets("".join(pieces))
+
+
+# -- plans of many steps: work per step does not grow with the plan (issue 29, goal 4) ------
+
+
+def _many_steps(n: int) -> str:
+    """A hashstep plan of ``n`` steps as a planner writes them, with references.
+
+    Whole-value, path and embedded references to the previous step and to one half-way
+    back, a literal, two dependencies, an expected output, a blank line between steps.
+    """
+    out = []
+    for i in range(1, n + 1):
+        if i == 1:
+            args, deps = '{"site": "MAIN"}', "None"
+        else:
+            a, b = i - 1, max(1, i // 2)
+            args = (f'{{"v": "<step_{a}>", "asset": "<step_{b}.items[0].id>", '
+                    f'"note": "after {{step_{a}}} ended", "limit": {i % 50}}}')
+            deps = f"#S{a}" if a == b else f"#S{b}, #S{a}"
+        out.append(f"#Task{i}: step {i}\n#Tool{i}: tool_{i % 7}\n#Args{i}: {args}\n"
+                   f"#Dependency{i}: {deps}\n#ExpectedOutput{i}: things\n")
+    return "\n".join(out)
+
+
+def test_the_work_per_step_of_a_long_plan_does_not_grow_with_its_length() -> None:
+    # every Python line and call event (loops over earlier steps included) and every
+    # character handed to a regex, per character of the plan, at 200 and 1,000 steps
+    per_char = {}
+    for n in (200, 1000):
+        text = _many_steps(n)
+        per_char[n] = work(lambda text=text: parse_plan(text)) / len(text)
+    assert per_char[1000] / per_char[200] <= 1.05, per_char
+
+
+_COUNTED = ("_match_field", "_build_step", "_parse_args", "_parse_deps", "find_refs",
+            "clean_reply")
+
+
+@pytest.mark.slow
+def test_parsing_50000_steps_scans_and_calls_per_step_as_1000_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # too long to trace line by line: counted instead are the regexes (calls, and
+    # characters handed to them: a rescan of the rest of the text per step shows) and
+    # the calls of the parser's per-step functions (a re-parse per step shows)
+    calls: dict[str, int] = {}
+    for module in _MODULES:
+        for name in _COUNTED:
+            fn = vars(module).get(name)
+            if callable(fn):
+                def counted(*a: Any, _fn: Callable[..., Any] = fn, _name: str = name,
+                            **k: Any) -> Any:
+                    calls[_name] = calls.get(_name, 0) + 1
+                    return _fn(*a, **k)
+
+                monkeypatch.setattr(module, name, counted)
+    got: dict[int, dict[str, float]] = {}
+    for n in (1000, 10_000, 50_000):
+        text = _many_steps(n)
+        scanned = [0]
+        calls.clear()
+        with _counting_regexes(scanned):
+            plan = parse_plan(text)
+        assert len(plan.steps) == n and plan.steps[-1].depends_on == (n // 2, n - 1)
+        # characters scanned per character of the plan (later steps have longer
+        # numbers); calls per step
+        got[n] = {"chars": scanned[0] / len(text), **{k: v / n for k, v in calls.items()}}
+    assert set(got[1000]) == {"chars", *_COUNTED}, got[1000]  # every counter counted
+    for n in (10_000, 50_000):
+        for key, value in got[n].items():
+            assert value <= 1.05 * got[1000][key], (n, key, got)

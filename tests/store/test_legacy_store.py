@@ -45,6 +45,7 @@ def test_an_old_failed_step_reads_back_with_its_kind_and_message_as_a_step_error
     assert failed.failure.kind is ErrorKind.RESOLUTION_FAILED
     assert failed.failure.message == failed.error and "asset_key" in failed.failure.message
     assert failed.failure.args == ()  # old records named no arguments as data
+    assert failed.failure.retryable is None  # nor the executor's judgement: unknown
 
 
 async def test_an_old_interrupted_run_resumes_without_rerunning_its_finished_step(
