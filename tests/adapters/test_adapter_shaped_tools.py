@@ -17,6 +17,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from planexec.agent import PlanExecuteAgent
 from planexec.config import AgentConfig
+from planexec.errors import ToolCallError
 from planexec.results import StepStatus
 from planexec.tools import ToolCatalog, ToolHints, invoke_tool, normalize_output
 
@@ -135,15 +136,20 @@ async def test_a_path_reference_follows_an_adapter_tools_structured_content() ->
 
 
 async def test_only_safe_adapter_tools_are_retried() -> None:
+    """An adapter's error result carries no class a retry could be judged by (by default
+    it is not retried): both tools here say theirs are retryable (``retry_on``), and
+    still only the safe one is called again."""
     outputs: list[Any] = [RuntimeError("503 busy"), {"sensors": ["temp"]}]
+    retryable = {"planexec": {"retry_on": ToolCallError}}
     assets, _ = adapter_tool("assets", {"readOnlyHint": True},
                              [{"assets": [{"id": "CH-6"}]}], SITE_SCHEMA)
-    safe, safe_seen = adapter_tool("sensors", {"readOnlyHint": True}, outputs, SENSOR_SCHEMA)
+    safe, safe_seen = adapter_tool("sensors", {"readOnlyHint": True, **retryable}, outputs,
+                                   SENSOR_SCHEMA)
     run = await PlanExecuteAgent(None, [assets, safe], config=RETRY).execute_plan(PLAN)
     assert run.results[1].status is StepStatus.SUCCEEDED and len(safe_seen) == 2
 
     unsafe, unsafe_seen = adapter_tool("sensors", {"readOnlyHint": False,
-                                                   "destructiveHint": True},
+                                                   "destructiveHint": True, **retryable},
                                        outputs, SENSOR_SCHEMA)
     run = await PlanExecuteAgent(None, [assets, unsafe], config=RETRY).execute_plan(PLAN)
     assert run.results[1].status is StepStatus.FAILED and len(unsafe_seen) == 1
