@@ -23,7 +23,7 @@ import gc
 import operator
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -151,14 +151,38 @@ class _State(TypedDict):
     out: Annotated[dict[int, Any], _merge]
 
 
+def wire_graph(
+    builder: Any, deps: Iterable[tuple[int, tuple[int, ...]]], node: Callable[..., Any]
+) -> None:
+    """Add a node per step (``node(sid, deps)``) and its dependencies' edges to a graph.
+
+    START comes before a step without dependencies, END after a step nothing needs.
+    """
+    from langgraph.graph import END, START
+
+    steps = list(deps)
+    has_dependents: set[int] = set()
+    for sid, before in steps:
+        builder.add_node(f"s{sid}", node(sid, before))
+        has_dependents.update(before)
+        if not before:
+            builder.add_edge(START, f"s{sid}")
+        elif len(before) == 1:
+            builder.add_edge(f"s{before[0]}", f"s{sid}")
+        else:
+            builder.add_edge([f"s{d}" for d in before], f"s{sid}")
+    for sid, _ in steps:
+        if sid not in has_dependents:
+            builder.add_edge(f"s{sid}", END)
+
+
 def prepare_langgraph(work: Workload, calls: str) -> Prepared:
-    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph import StateGraph
 
     tool = make_tool(work)
     coroutine = tool.coroutine
     assert coroutine is not None
     builder: Any = StateGraph(_State)
-    has_dependents: set[int] = set()
 
     def node(sid: int, deps: tuple[int, ...]) -> Callable[[_State], Awaitable[_State]]:
         join = is_join(work, sid)
@@ -170,18 +194,7 @@ def prepare_langgraph(work: Workload, calls: str) -> Prepared:
 
         return run
 
-    for sid, deps in work.deps:
-        builder.add_node(f"s{sid}", node(sid, deps))
-        has_dependents.update(deps)
-        if not deps:
-            builder.add_edge(START, f"s{sid}")
-        elif len(deps) == 1:
-            builder.add_edge(f"s{deps[0]}", f"s{sid}")
-        else:
-            builder.add_edge([f"s{d}" for d in deps], f"s{sid}")
-    for sid, _ in work.deps:
-        if sid not in has_dependents:
-            builder.add_edge(f"s{sid}", END)
+    wire_graph(builder, work.deps, node)
     graph = builder.compile()
     config = {"recursion_limit": work.steps + 10}
 

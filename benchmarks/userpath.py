@@ -304,7 +304,8 @@ class State(TypedDict):
 
 
 def _langgraph_graph(work: Work, tools: dict[str, Any], calls: str, saver: Any) -> Any:
-    from langgraph.graph import END, START, StateGraph
+    from _frameworks import wire_graph
+    from langgraph.graph import StateGraph
 
     builder: Any = StateGraph(State)
 
@@ -319,19 +320,7 @@ def _langgraph_graph(work: Work, tools: dict[str, Any], calls: str, saver: Any) 
 
         return run
 
-    has_dependents: set[int] = set()
-    for sid, deps in work.deps:
-        builder.add_node(f"s{sid}", node(sid, deps))
-        has_dependents.update(deps)
-        if not deps:
-            builder.add_edge(START, f"s{sid}")
-        elif len(deps) == 1:
-            builder.add_edge(f"s{deps[0]}", f"s{sid}")
-        else:
-            builder.add_edge([f"s{d}" for d in deps], f"s{sid}")
-    for sid, _ in work.deps:
-        if sid not in has_dependents:
-            builder.add_edge(f"s{sid}", END)
+    wire_graph(builder, work.deps, node)
     return builder.compile(checkpointer=saver)
 
 
