@@ -10,6 +10,13 @@ its thread, made ``planexec run`` impossible to stop. `run_interruptible` instea
 - on the second Ctrl-C, exits the process at once (status 130), whatever is running;
 - when the command's task is done, cancels what is left (abandoned tool calls) and
   waits for it at most `SHUTDOWN_GRACE` seconds, never for a thread.
+
+On POSIX the count is kept by a thread of its own, woken by the interpreter's signal
+wake-up file descriptor (written by the C-level handler the moment a signal arrives),
+not by a Python handler: Python runs those only in the main thread, between bytecodes,
+so a tool blocking the event loop in code that does not return to the interpreter (or
+a signal landing just before the main thread blocks again) delayed the second Ctrl-C
+until the tool returned.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any, TextIO, TypeVar
 
 __all__ = ["SHUTDOWN_GRACE", "InterruptHandler", "run_interruptible"]
@@ -61,9 +69,17 @@ class InterruptHandler:
         """Signals received so far."""
 
     def _say(self, message: str) -> None:
-        out = self.stderr if self.stderr is not None else sys.stderr
         try:
-            print(message, file=out, flush=True)
+            if self.stderr is not None:
+                print(message, file=self.stderr, flush=True)
+                return
+            try:
+                fd = sys.stderr.fileno()
+            except (AttributeError, OSError, ValueError):  # a replaced stderr (no file)
+                print(message, file=sys.stderr, flush=True)
+                return
+            # Straight to the descriptor: the main thread may hold sys.stderr's lock.
+            os.write(fd, (message + "\n").encode("utf-8", "replace"))
         except (OSError, ValueError):  # a closed or broken stderr must not stop the exit
             pass
 
@@ -71,8 +87,8 @@ class InterruptHandler:
         """Handle one SIGINT."""
         self.count += 1
         if self.count == 1:
-            self._say("planexec: interrupted: stopping the run (Ctrl-C again to exit at once)")
             self.cancel()
+            self._say("planexec: interrupted: stopping the run (Ctrl-C again to exit at once)")
             return
         self._say("planexec: interrupted again: exiting now")
         self.exit(EXIT_INTERRUPTED)
@@ -106,25 +122,77 @@ def run_interruptible(
         loop.call_soon_threadsafe(task.cancel)
 
     handler = handler_factory(cancel)
-    in_main = threading.current_thread() is threading.main_thread()
-    previous: Any = signal.getsignal(signal.SIGINT) if in_main else None
-    if in_main:
-        signal.signal(signal.SIGINT, handler)
     try:
-        try:
-            return loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            if handler.count:
-                raise KeyboardInterrupt from None
-            raise
+        with _on_sigint(handler):
+            try:
+                return loop.run_until_complete(task)
+            except asyncio.CancelledError:
+                if handler.count:
+                    raise KeyboardInterrupt from None
+                raise
+            finally:
+                _shutdown(loop)
     finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    """The Python-level SIGINT handler while a watcher thread counts (no KeyboardInterrupt)."""
+
+
+@contextmanager
+def _on_sigint(handler: Callable[[int], Any]) -> Iterator[None]:
+    """Call ``handler(signal.SIGINT)`` on each SIGINT while the block runs.
+
+    In the main thread on POSIX, a daemon thread reads the signal wake-up descriptor and
+    calls the handler (bytes of other signals are passed on to the descriptor set before,
+    if any); elsewhere in the main thread the handler is the Python-level one. Outside the
+    main thread nothing is installed (signals are the main thread's). The previous handler
+    and descriptor are put back afterwards.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: Any = signal.getsignal(signal.SIGINT)
+    if os.name != "posix":
+        signal.signal(signal.SIGINT, lambda signum, frame: handler(signum))
         try:
-            _shutdown(loop)
+            yield
         finally:
-            if in_main:
-                signal.signal(signal.SIGINT, previous)
-            asyncio.set_event_loop(None)
-            loop.close()
+            signal.signal(signal.SIGINT, previous)
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    before = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, _ignore)
+    watcher = threading.Thread(
+        target=_watch, args=(read_fd, before, handler), name="planexec-sigint", daemon=True
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.set_wakeup_fd(before)
+        os.close(write_fd)  # the watcher reads end-of-file and returns
+        watcher.join(SHUTDOWN_GRACE)
+        if not watcher.is_alive():
+            os.close(read_fd)
+
+
+def _watch(read_fd: int, forward_fd: int, handler: Callable[[int], Any]) -> None:
+    """Read signal numbers from the wake-up pipe until it closes; SIGINT calls ``handler``."""
+    while True:
+        data = os.read(read_fd, 64)
+        if not data:
+            return
+        if forward_fd >= 0 and any(b != signal.SIGINT for b in data):
+            with suppress(OSError):
+                os.write(forward_fd, bytes(b for b in data if b != signal.SIGINT))
+        for byte in data:
+            if byte == signal.SIGINT:
+                handler(signal.SIGINT)
 
 
 def _shutdown(loop: asyncio.AbstractEventLoop) -> None:

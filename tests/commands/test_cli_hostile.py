@@ -56,6 +56,16 @@ TOOLS = textwrap.dedent(
         threading.Event().wait(60)  # blocks the event loop itself (bounded)
         return "late"
 
+    async def _deaf():
+        import signal
+        import threading
+        # Blocks the loop where no Python signal handler can run: SIGINT is held back
+        # from this (the main) thread, as in C code that retries on EINTR.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        print("TOOL STARTED", file=sys.stderr, flush=True)
+        threading.Event().wait(90)
+        return "late"
+
     TOOLS = [
         fake_tool("sites", ["MAIN"], hints={"read_only": True}),
         fake_tool("cyclic", function=_cyclic),
@@ -65,6 +75,7 @@ TOOLS = textwrap.dedent(
         StructuredTool.from_function(
             coroutine=_blocks_the_loop, name="blocker", description="x"
         ),
+        StructuredTool.from_function(coroutine=_deaf, name="deaf", description="x"),
     ]
     """
 )
@@ -322,6 +333,41 @@ def test_run_interruptible_turns_a_first_interrupt_into_keyboard_interrupt(
         run_interruptible(command(), handler_factory=factory)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_real_sigint_cancels_the_command_and_the_previous_handlers_come_back() -> None:
+    import asyncio
+
+    before = signal.getsignal(signal.SIGINT)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    os.set_blocking(read_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    exits: list[int] = []
+    import io
+
+    try:
+
+        async def command() -> None:
+            os.kill(os.getpid(), signal.SIGUSR1)  # someone else's signal: passed on
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.Event().wait()
+
+        def factory(cancel: Any) -> InterruptHandler:
+            return InterruptHandler(cancel, exit=exits.append, stderr=io.StringIO())
+
+        with pytest.raises(KeyboardInterrupt):
+            run_interruptible(command(), handler_factory=factory)
+        assert exits == []
+        assert signal.getsignal(signal.SIGINT) is before
+        assert signal.set_wakeup_fd(previous_fd) == write_fd
+        assert os.read(read_fd, 64) == bytes([signal.SIGUSR1])
+    finally:
+        signal.signal(signal.SIGUSR1, usr1)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
 def _read_until(proc: subprocess.Popen[str], needle: str, deadline: float) -> str:
     """Read the process's stderr until ``needle`` shows up (or the deadline passes)."""
     assert proc.stderr is not None
@@ -342,8 +388,12 @@ def _read_until(proc: subprocess.Popen[str], needle: str, deadline: float) -> st
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize(
     ("tool", "interrupts"),
-    [("stubborn", 1), ("blocker", 2)],
-    ids=["a-tool-ignoring-cancellation-stops-on-one-ctrl-c", "a-blocked-loop-exits-on-two"],
+    [("stubborn", 1), ("blocker", 2), ("deaf", 2)],
+    ids=[
+        "a-tool-ignoring-cancellation-stops-on-one-ctrl-c",
+        "a-blocked-loop-exits-on-two",
+        "a-loop-blocked-out-of-signals-reach-exits-on-two",
+    ],
 )
 def test_ctrl_c_stops_planexec_run(tool: str, interrupts: int, tools: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
