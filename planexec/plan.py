@@ -131,8 +131,23 @@ ArgValue: TypeAlias = Any
 """A nested argument value: JSON scalars, lists, dicts, `Ref` and `Template`."""
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+"""Types whose values hold no reference (exactly these types; subclasses are looked into)."""
+
+
 def iter_refs(value: ArgValue) -> Iterator[Ref]:
     """Yield every `Ref` in a nested argument value, depth first, in order."""
+    cls = type(value)
+    if cls is dict or cls is list or cls is tuple:  # the common containers, at once
+        for v in value.values() if cls is dict else value:
+            inner = type(v)
+            if inner is Ref:
+                yield v
+            elif inner not in _LEAVES:
+                yield from iter_refs(v)
+        return
+    if cls in _LEAVES:
+        return
     if isinstance(value, Ref):
         yield value
     elif isinstance(value, Template):
@@ -255,7 +270,8 @@ class Step:
     @cached_property
     def refs(self) -> tuple[Ref, ...]:
         """Every reference in the step's arguments (keyword and positional)."""
-        return tuple(iter_refs(self.args)) + tuple(iter_refs(list(self.positional)))
+        found = tuple(iter_refs(self.args))
+        return found + tuple(iter_refs(self.positional)) if self.positional else found
 
     @cached_property
     def deps(self) -> frozenset[int]:

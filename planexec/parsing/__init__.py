@@ -114,14 +114,17 @@ def detect_dialect(text: str) -> str:
     """
     if looks_like_json_plan(text):
         return "json"
-    scores = {
-        "hashstep": len(_HASHSTEP_RE.findall(text)),
-        "rewoo": len(_REWOO_RE.findall(text)) * 3,
-        "llmcompiler": len(_LLMC_RE.findall(text)) * 3,
-    }
-    best = max(scores, key=lambda k: scores[k])
-    if scores[best] > 0:
-        return best
+    rewoo = len(_REWOO_RE.findall(text)) * 3
+    llmcompiler = len(_LLMC_RE.findall(text)) * 3
+    if rewoo or llmcompiler:
+        scores = {
+            "hashstep": len(_HASHSTEP_RE.findall(text)),
+            "rewoo": rewoo,
+            "llmcompiler": llmcompiler,
+        }
+        return max(scores, key=lambda k: scores[k])  # the first of equal scores
+    if _HASHSTEP_RE.search(text):  # no other dialect's line: one field line decides
+        return "hashstep"
     if find_json_plan(text) is not None:
         return "json"
     loose = _REWOO_LOOSE_RE.findall(text)

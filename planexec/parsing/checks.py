@@ -123,6 +123,8 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
         referenced: set[int] = set()
         for ref in step.refs:
             referenced.add(ref.step)
+            if ref.step in order and order[ref.step] < pos and ref.hint is None:
+                continue  # an earlier step, read by the grammar: nothing to report
             where = f"{ref.location or 'args'} ({ref.raw or ref.canonical})"
             if ref.step == step.id:
                 out.append(
@@ -169,9 +171,8 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
                 )
         # explicit dependencies, and those a parser added (e.g. from a reasoning step's
         # task text): every one must name an earlier step of the plan
-        for dep in sorted(set(step.explicit_deps) | set(step.depends_on)):
-            if dep in referenced:
-                continue  # already reported as a reference
+        unreported = set(step.explicit_deps).union(step.depends_on) - referenced
+        for dep in sorted(unreported):  # (a referenced one is reported as a reference)
             if dep == step.id:
                 code, sev, why = "DEPENDENCY_SELF", Severity.ERROR, "itself"
             elif dep not in order:

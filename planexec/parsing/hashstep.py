@@ -41,15 +41,19 @@ way prompts ask for it. The grammar, the draft policy and every diagnostic code 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import planexec._fastpaths as _fastpaths
+from planexec._frozen import build
 from planexec._log import level_of, step_log
 from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import (
+    _REASONING_MARKERS,
     NONE_WORDS,
     Diagnostics,
     ToolCall,
@@ -66,12 +70,14 @@ from planexec.parsing.jsonrepair import RepairFailure, repair_json
 from planexec.parsing.refs import (
     HINTED_BY,
     NO_STEP,
+    _child,
     contains_placeholder,
     find_malformed,
     find_refs,
     free_placeholders,
     free_step_mention,
     iter_ref_spans,
+    parse_ref,
     path_like_suffixes,
     step_number,
 )
@@ -1247,6 +1253,170 @@ def _build_step(block: _Block, st: _State) -> Step | None:
     return replace(step, depends_on=depends)
 
 
+# ---------------------------------------------------------------------------
+# The fast path: a plan written in the plain shape, read at once
+# ---------------------------------------------------------------------------
+
+# One block of the plain shape: the four fields, in order, each on one line, with the
+# block's number repeated, then the blank lines before the next block. Nothing in it can
+# be a field number mismatch, an inline field, a multi-line value, a heading, prose,
+# bold or a code fence: the general path reads such a block field by field and reports
+# nothing about it.
+_PLAIN_BLOCK_RE = re.compile(
+    r"#(?:Step|Task)(\d{1,9}):[ \t]*([^\s#*_`\\$<>{}\[\]|][^\n#*`\\$<>{}\[\]|]*)\n"
+    r"#Tool\1:[ \t]*([A-Za-z_][\w\-]*)[ \t]*\n"
+    r"#Args\1:[ \t]*(\{[^\n]*\})[ \t]*\n"
+    r"#Dependency\1:[ \t]*((?:#?[SsEe]?\d{1,9}(?:[ \t]*,[ \t]*#?[SsEe]?\d{1,9})*"
+    r"|None|none|NONE))[ \t]*(?:\n|\Z)(\n*)"
+)
+_DIGITS_RE = re.compile(r"\d+")
+# A string that holds no reference, placeholder or malformed reference of any kind: no
+# character that opens one, no step word (`contains_placeholder` flags nothing without
+# ``[<{#$]`` or ``step``; `malformed_refs` and `free_placeholders` need a bracket).
+_PLAIN_TEXT_RE = re.compile(r"[^<>{}\[\]#$\\`|*\x00-\x1f]*\Z")
+_PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # a key `format_path` writes ``.key``
+# A string that is exactly one reference without spaces: its step, and its path (read
+# by `parse_ref` when there is one).
+_PLAIN_REF_RE = re.compile(
+    r"(?:<step_(\d{1,9})((?:\.[A-Za-z_]\w*|\[\d{1,9}\])*)>"
+    r"|\{step_(\d{1,9})((?:\.[A-Za-z_]\w*|\[\d{1,9}\])*)\})\Z"
+)
+
+
+class _NotPlain(Exception):
+    """A value the fast path is not sure about: the general path reads the plan."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotPlain  # a key given twice: the general path reports it
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotPlain  # NaN / Infinity: the general path's tolerant reader repairs them
+
+
+_PLAIN_JSON = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+"""Strict JSON (as `repair_json` reads it first), refusing what the general path reports."""
+
+
+def _plain_value(value: Any, loc: str, refs: set[int]) -> Any:
+    """``value`` as `find_refs` and `free_placeholders` leave it, when nothing is reported.
+
+    Raises `_NotPlain` for anything the general path might report or read otherwise.
+    """
+    if type(value) is str:
+        if _PLAIN_TEXT_RE.match(value) is not None:
+            if "step" in value.lower():
+                raise _NotPlain  # maybe an identifier naming a step ("step_2")
+            return value
+        m = _PLAIN_REF_RE.match(value)
+        if m is None:
+            raise _NotPlain
+        if m.group(2) == "" or m.group(4) == "":  # "<step_3>": no path to read
+            step = int(m.group(1) or m.group(3))
+            refs.add(step)
+            return Ref(step, (), None, value, True, loc)
+        ref = parse_ref(value)
+        if ref is None:
+            raise _NotPlain
+        refs.add(ref.step)
+        return Ref(ref.step, ref.path, None, ref.raw, True, loc)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if _PLAIN_TEXT_RE.match(k) is None or "step" in k.lower():
+                raise _NotPlain  # a key that may look like a placeholder
+            out[k] = _plain_value(v, _child(loc, k), refs)
+        return out
+    if isinstance(value, list):
+        return [_plain_value(v, f"{loc}[{i}]", refs) for i, v in enumerate(value)]
+    if value is None or type(value) in (bool, int, float):
+        return value
+    raise _NotPlain  # pragma: no cover - JSON holds nothing else
+
+
+def _plain_step(m: re.Match[str], line: int) -> Step:
+    """One block of the plain shape as `_build_step` builds it (raises `_NotPlain`)."""
+    sid, task, tool, args_text, deps_text, _ = m.groups()
+    if tool.lower() in NONE_WORDS:
+        raise _NotPlain  # "#Tool1: none": a reasoning step
+    try:
+        value, stop = _PLAIN_JSON.raw_decode(args_text)
+    except ValueError:
+        raise _NotPlain from None  # the general path repairs it or reports it
+    if stop != len(args_text) or type(value) is not dict:
+        raise _NotPlain  # text after the object: the general path reports it
+    refs: set[int] = set()
+    args: dict[str, Any] = {}
+    for key, v in value.items():  # `_plain_value` of the dict, its common case at once
+        if _PLAIN_KEY_RE.match(key) is None or "step" in key.lower():
+            args[key] = _plain_value({key: v}, "args", refs)[key]
+            continue
+        loc = "args." + key  # `_child` of an identifier
+        if type(v) is str:
+            ref = _PLAIN_REF_RE.match(v)
+            if ref is not None and (ref.group(2) == "" or ref.group(4) == ""):
+                step = int(ref.group(1) or ref.group(3))
+                refs.add(step)
+                args[key] = Ref(step, (), None, v, True, loc)
+                continue
+        args[key] = _plain_value(v, loc, refs)
+    digits = _DIGITS_RE.findall(deps_text)
+    if len(digits) == 1:
+        explicit: tuple[int, ...] = (int(digits[0]),)
+    else:
+        explicit = tuple(sorted({int(d) for d in digits}))
+    if not refs.issubset(explicit):
+        raise _NotPlain  # the general path adds them with DEPENDENCY_ADDED
+    return build(Step, {
+        "id": int(sid),
+        "task": task.strip(),
+        "tool": tool,
+        "args": args,
+        "args_text": args_text,
+        "depends_on": explicit,
+        "explicit_deps": explicit,
+        "lines": (line, line + 3),
+    })
+
+
+def _read_plain(text: str) -> Plan | None:
+    """The fast path of `parse_hashstep`: a plan of plain blocks only, read at once.
+
+    Every block is ``#StepN: task`` / ``#ToolN: name`` / ``#ArgsN: {JSON object}`` /
+    ``#DependencyN: #S1, #S2`` (or ``None``), with increasing numbers, blank lines
+    between blocks, and arguments whose strings are plain text or whole references the
+    step depends on: a plan the general path reads without a single diagnostic, into
+    the same steps. Anything else (one block in doubt is enough) gives None, and the
+    general path reads the whole plan.
+    """
+    if "\r" in text or any(marker in text for marker in _REASONING_MARKERS):
+        return None
+    pos = len(text) - len(text.lstrip("\n"))  # blank lines before the first block
+    line = pos + 1
+    steps: list[Step] = []
+    last = 0
+    try:
+        for m in _PLAIN_BLOCK_RE.finditer(text, pos):
+            if m.start() != pos:
+                return None  # text between blocks
+            step = _plain_step(m, line)
+            if step.id <= last:
+                return None  # a repeated or restarting number: drafts, duplicates
+            last = step.id
+            steps.append(step)
+            pos = m.end()
+            line += 4 + len(m.group(6)) - (text[m.start(6) - 1] != "\n")
+    except _NotPlain:
+        return None
+    if not steps or pos != len(text):
+        return None
+    return Plan(steps=tuple(steps), diagnostics=(), dialect="hashstep", source=text)
+
+
 def _no_plan_message(text: str, lines: list[tuple[int, str]]) -> str:
     if not text.strip():
         return "empty reply"
@@ -1275,6 +1445,10 @@ def parse_hashstep(text: str, *, draft_policy: str = "last_complete") -> Plan:
         raise ValueError(
             f"unknown draft policy {draft_policy!r}; expected one of {DRAFT_POLICIES}"
         )
+    if _fastpaths.ON:  # the fast path (`planexec._fastpaths`): plain plans read at once
+        plain = _read_plain(text)
+        if plain is not None:
+            return plain
     st = _State()
     lines = _logical_lines(text, st)
     blocks, last_content = _scan(lines, st)
