@@ -193,6 +193,7 @@ class StreamingPlanParser:
         self._local_dialect: str | None = None
         # the schedule (see the module): the last whole parse and what followed it
         self._whole_at: int | None = None
+        self._whole_parses = 0  # how many whole parses were made
         self._whole: tuple[Step, ...] = ()
         self._whole_dialect: str | None = None
         self._start_at: list[int] = []  # the block starts taken, and their line numbers
@@ -235,6 +236,7 @@ class StreamingPlanParser:
         if not chunk:
             return StreamUpdate()
         start = self._size
+        parses, kept = self._whole_parses, len(self._local)
         self._chunks.append(chunk)
         self._size += len(chunk)
         self._ends.append(self._size)
@@ -250,6 +252,11 @@ class StreamingPlanParser:
                 changed |= self._advance(at, line_no, "")
         if not changed:
             return StreamUpdate()
+        if parses == self._whole_parses:
+            # no whole parse: only blocks read one by one were added, each with a number
+            # above every reported step's, and nothing reported changed (comparing every
+            # step again at each block would be quadratic in the plan)
+            return self._apply(tuple(self._local[kept:]), added=True)
         return self._apply((*self._whole, *self._local))
 
     def finish(self, chunk: str = "") -> StreamEnd:
@@ -349,6 +356,7 @@ class StreamingPlanParser:
         if self._whole_at is None or at >= max(2 * self._whole_at, _WHOLE_MIN):
             prefix = self._slice(0, at) + closers
             self._whole = self._parse(prefix, "json" if self._json is not None else None)
+            self._whole_parses += 1
             self._whole_at, self._whole_dialect = at, self.dialect_seen if self._whole else None
             self._local, self._waiting, self._region_tries = [], False, 0
             self._region_at, self._region_line = at, line_no
@@ -411,9 +419,10 @@ class StreamingPlanParser:
             self.dialect_seen = plan.dialect
         return plan.steps
 
-    def _apply(self, steps: tuple[Step, ...]) -> StreamUpdate:
+    def _apply(self, steps: tuple[Step, ...], *, added: bool = False) -> StreamUpdate:
+        """Report ``steps`` as the plan so far (``added``: the steps added to it only)."""
         now = {s.id: s for s in steps}
-        withdrawn = tuple(
+        withdrawn = () if added else tuple(
             sid for sid, s in self._reported.items() if now.get(sid) != s
         )
         arrived = tuple(s for s in now.values() if self._reported.get(s.id) != s)

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import planexec._fastpaths as _fastpaths
 import planexec.parsing as parsing_pkg
 from planexec.errors import PlanParseError
 from planexec.parsing import (
@@ -250,20 +251,49 @@ def test_the_work_per_step_of_a_long_plan_does_not_grow_with_its_length() -> Non
     assert per_char[1000] / per_char[200] <= 1.05, per_char
 
 
+def _plain_steps(n: int) -> str:
+    """The benchmark's chain (``benchmarks/userpath.py``): plain blocks, the fast path's."""
+    return "\n".join(
+        f"#Step{i}: step {i}\n#Tool{i}: work\n#Args{i}: "
+        + ("{}" if i == 1 else f'{{"v": "<step_{i - 1}>"}}')
+        + f"\n#Dependency{i}: " + ("None" if i == 1 else f"#S{i - 1}") + "\n"
+        for i in range(1, n + 1)
+    )
+
+
+def test_the_work_per_step_of_a_long_plain_plan_does_not_grow_with_its_length() -> None:
+    # the same, for the plan the hashstep parser's fast path reads
+    per_char = {}
+    for n in (200, 1000):
+        text = _plain_steps(n)
+        assert hashstep._read_plain(text) is not None  # the fast path is taken
+        per_char[n] = work(lambda text=text: parse_plan(text)) / len(text)
+    assert per_char[1000] / per_char[200] <= 1.05, per_char
+
+
 _COUNTED = ("_match_field", "_build_step", "_parse_args", "_parse_deps", "find_refs",
             "clean_reply")
+_COUNTED_FAST = ("_read_plain", "_plain_step")
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("fast", "make", "names"), [
+    (False, _many_steps, _COUNTED),  # the general path
+    (True, _plain_steps, _COUNTED_FAST),  # the hashstep parser's fast path
+], ids=["general", "fast"])
 def test_parsing_50000_steps_scans_and_calls_per_step_as_1000_do(
     monkeypatch: pytest.MonkeyPatch,
+    fast: bool,
+    make: Callable[[int], str],
+    names: tuple[str, ...],
 ) -> None:
     # too long to trace line by line: counted instead are the regexes (calls, and
     # characters handed to them: a rescan of the rest of the text per step shows) and
     # the calls of the parser's per-step functions (a re-parse per step shows)
+    monkeypatch.setattr(_fastpaths, "ON", fast)
     calls: dict[str, int] = {}
     for module in _MODULES:
-        for name in _COUNTED:
+        for name in names:
             fn = vars(module).get(name)
             if callable(fn):
                 def counted(*a: Any, _fn: Callable[..., Any] = fn, _name: str = name,
@@ -274,16 +304,17 @@ def test_parsing_50000_steps_scans_and_calls_per_step_as_1000_do(
                 monkeypatch.setattr(module, name, counted)
     got: dict[int, dict[str, float]] = {}
     for n in (1000, 10_000, 50_000):
-        text = _many_steps(n)
+        text = make(n)
         scanned = [0]
         calls.clear()
         with _counting_regexes(scanned):
             plan = parse_plan(text)
-        assert len(plan.steps) == n and plan.steps[-1].depends_on == (n // 2, n - 1)
+        last = (n // 2, n - 1) if make is _many_steps else (n - 1,)
+        assert len(plan.steps) == n and plan.steps[-1].depends_on == last
         # characters scanned per character of the plan (later steps have longer
         # numbers); calls per step
         got[n] = {"chars": scanned[0] / len(text), **{k: v / n for k, v in calls.items()}}
-    assert set(got[1000]) == {"chars", *_COUNTED}, got[1000]  # every counter counted
+    assert set(got[1000]) == {"chars", *names}, got[1000]  # every counter counted
     for n in (10_000, 50_000):
         for key, value in got[n].items():
             assert value <= 1.05 * got[1000][key], (n, key, got)
