@@ -28,6 +28,7 @@ from planexec.plan import Diagnostic, Ref, Severity, Template, format_path, iter
 
 __all__ = [
     "NONE_WORDS",
+    "REASONING_MARKERS",
     "CallArgs",
     "Diagnostics",
     "call_end",
@@ -51,7 +52,8 @@ _CALL_OPEN_RE = re.compile(r"^([^()\s]+?)\s*\(")
 _SPECIAL_TOKEN_RE = re.compile(r"<\|[A-Za-z0-9_]{1,40}\|>")
 _BOXED_OPEN_RE = re.compile(r"\$?\\boxed\{")
 _BOXED_CLOSE_RE = re.compile(r"\}\s*\$\s*$")
-_REASONING_MARKERS = ("<|channel|>final<|message|>", "assistantfinal", "</think>")
+REASONING_MARKERS = ("<|channel|>final<|message|>", "assistantfinal", "</think>")
+"""What ends leaked reasoning in a reply (`clean_reply` reads only the text after the last)."""
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][\w\-]*$")
 NONE_WORDS = frozenset(
     {"", "none", "null", "nil", "n/a", "na", "-", "no", "nothing", "(none)", "[]"}
@@ -427,7 +429,7 @@ def clean_reply(text: str) -> tuple[list[tuple[int, str]], list[Diagnostic]]:
     raw = text.split("\n")
     start_line = 0
     start_col = 0
-    for marker in _REASONING_MARKERS:
+    for marker in REASONING_MARKERS:
         idx = text.rfind(marker)
         if idx < 0:
             continue

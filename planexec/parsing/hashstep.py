@@ -53,8 +53,8 @@ from planexec._log import level_of, step_log
 from planexec._text import snippet
 from planexec.errors import PlanParseError
 from planexec.parsing._common import (
-    _REASONING_MARKERS,
     NONE_WORDS,
+    REASONING_MARKERS,
     Diagnostics,
     ToolCall,
     clean_reply,
@@ -70,7 +70,6 @@ from planexec.parsing.jsonrepair import RepairFailure, repair_json
 from planexec.parsing.refs import (
     HINTED_BY,
     NO_STEP,
-    _child,
     contains_placeholder,
     find_malformed,
     find_refs,
@@ -81,7 +80,16 @@ from planexec.parsing.refs import (
     path_like_suffixes,
     step_number,
 )
-from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template, iter_refs
+from planexec.plan import (
+    Diagnostic,
+    Plan,
+    Ref,
+    Severity,
+    Step,
+    Template,
+    format_path,
+    iter_refs,
+)
 
 __all__ = ["DRAFT_POLICIES", "parse_hashstep"]
 
@@ -1329,7 +1337,7 @@ def _plain_value(value: Any, loc: str, refs: set[int]) -> Any:
         for k, v in value.items():
             if _PLAIN_TEXT_RE.match(k) is None or "step" in k.lower():
                 raise _NotPlain  # a key that may look like a placeholder
-            out[k] = _plain_value(v, _child(loc, k), refs)
+            out[k] = _plain_value(v, loc + format_path((k,)), refs)  # as `find_refs` writes
         return out
     if isinstance(value, list):
         return [_plain_value(v, f"{loc}[{i}]", refs) for i, v in enumerate(value)]
@@ -1355,7 +1363,7 @@ def _plain_step(m: re.Match[str], line: int) -> Step:
         if _PLAIN_KEY_RE.match(key) is None or "step" in key.lower():
             args[key] = _plain_value({key: v}, "args", refs)[key]
             continue
-        loc = "args." + key  # `_child` of an identifier
+        loc = "args." + key  # `format_path` of an identifier
         if type(v) is str:
             ref = _PLAIN_REF_RE.match(v)
             if ref is not None and (ref.group(2) == "" or ref.group(4) == ""):
@@ -1393,7 +1401,7 @@ def _read_plain(text: str) -> Plan | None:
     the same steps. Anything else (one block in doubt is enough) gives None, and the
     general path reads the whole plan.
     """
-    if "\r" in text or any(marker in text for marker in _REASONING_MARKERS):
+    if "\r" in text or any(marker in text for marker in REASONING_MARKERS):
         return None
     pos = len(text) - len(text.lstrip("\n"))  # blank lines before the first block
     line = pos + 1

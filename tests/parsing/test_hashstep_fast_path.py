@@ -179,7 +179,8 @@ def changed_plans(draw: st.DrawFn) -> str:
             kind = draw(st.sampled_from(sorted(_VALUE_CHANGES)))
             block.setdefault("lines", _render(block))
             value = draw(st.sampled_from(_VALUE_CHANGES[kind])).format(**fmt)
-            block["lines"][_FIELD_LINE[kind]] = f"#{_LABEL[kind]}{n}: {value}"
+            if _FIELD_LINE[kind] < len(block["lines"]):  # (not a line deleted before)
+                block["lines"][_FIELD_LINE[kind]] = f"#{_LABEL[kind]}{n}: {value}"
         elif how == "renumber":  # a repeated, restarting or lower number
             block["id"] = draw(st.sampled_from([b["id"] for b in blocks] + [0, 1]))
             block.pop("lines", None)
