@@ -192,7 +192,10 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
             out.append(Diagnostic(line, sev, code, f"step {step.id} depends on {why}", step.id))
     edges = {s.id: s.depends_on for s in plan.steps}
     first_line = {s.id: s.lines[0] or None for s in plan.steps}
-    for cyc in find_cycles(edges):
+    # A cycle needs an edge to a step at the same place or later (a self loop is none):
+    # with every dependency on an earlier step there is nothing to search.
+    forward = any(order.get(d, -1) > order[sid] for sid, deps in edges.items() for d in deps)
+    for cyc in find_cycles(edges) if forward else ():
         names = " \u2192 ".join(str(n) for n in [*cyc, cyc[0]])
         out.append(
             Diagnostic(

@@ -4,6 +4,8 @@ import difflib
 from typing import NoReturn
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planexec.parsing import checks
 from planexec.parsing.checks import CatalogLike, check_plan, find_cycles
@@ -109,6 +111,37 @@ def test_a_cycle_is_an_error_that_names_it() -> None:
 def test_two_step_cycle_through_references_is_named() -> None:
     plan = check_plan(Plan((step(1, refs=(3,)), step(2), step(3, refs=(1,)))))
     assert "1 \u2192 3 \u2192 1" in the(plan, "CYCLE").message
+
+
+def _has_cycle(edges: dict[int, tuple[int, ...]]) -> bool:
+    """Kahn's algorithm: a graph has a cycle iff some step never loses its dependencies
+    (self loops and steps not in the graph left out, as the check leaves them out)."""
+    waiting = {n: {d for d in ds if d in edges and d != n} for n, ds in edges.items()}
+    ready = [n for n, ds in waiting.items() if not ds]
+    done = 0
+    while ready:
+        n = ready.pop()
+        done += 1
+        for m, ds in waiting.items():
+            if n in ds:
+                ds.discard(n)
+                if not ds:
+                    ready.append(m)
+    return done < len(waiting)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(0, 7), max_size=3)),
+                min_size=1, max_size=6))
+def test_a_cycle_is_reported_exactly_when_the_dependencies_hold_one(
+    drawn: list[tuple[int, list[int]]],
+) -> None:
+    # steps in any order (repeated numbers too), dependencies backward, forward, on
+    # themselves or on no step
+    plan = Plan(tuple(step(sid, *deps) for sid, deps in drawn))
+    edges = {s.id: s.depends_on for s in plan.steps}
+    cycles = [d for d in check_plan(plan).diagnostics if d.code == "CYCLE"]
+    assert bool(cycles) == _has_cycle(edges), edges
 
 
 def test_find_cycles_reports_each_cycle_once_and_handles_deep_chains() -> None:
