@@ -1282,7 +1282,8 @@ _DIGITS_RE = re.compile(r"\d+")
 # character that opens one, no step word (`contains_placeholder` flags nothing without
 # ``[<{#$]`` or ``step``; `malformed_refs` and `free_placeholders` need a bracket).
 _PLAIN_TEXT_RE = re.compile(r"[^<>{}\[\]#$\\`|*\x00-\x1f]*\Z")
-_PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # a key `format_path` writes ``.key``
+# A key `format_path` writes ``.key``, without the step word (`contains_placeholder`).
+_PLAIN_KEY_RE = re.compile(r"(?![\w]*[Ss][Tt][Ee][Pp])[A-Za-z_][A-Za-z0-9_]*\Z")
 # A string that is exactly one reference without spaces: its step, and its path (read
 # by `parse_ref` when there is one).
 _PLAIN_REF_RE = re.compile(
@@ -1358,9 +1359,9 @@ def _plain_step(m: re.Match[str], line: int) -> Step:
     if stop != len(args_text) or type(value) is not dict:
         raise _NotPlain  # text after the object: the general path reports it
     refs: set[int] = set()
-    args: dict[str, Any] = {}
+    args: dict[str, Any] = value  # read just now: its values are replaced in place
     for key, v in value.items():  # `_plain_value` of the dict, its common case at once
-        if _PLAIN_KEY_RE.match(key) is None or "step" in key.lower():
+        if _PLAIN_KEY_RE.match(key) is None:
             args[key] = _plain_value({key: v}, "args", refs)[key]
             continue
         loc = "args." + key  # `format_path` of an identifier
