@@ -1309,6 +1309,8 @@ def _reject_constant(name: str) -> Any:
 
 _PLAIN_JSON = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
 """Strict JSON (as `repair_json` reads it first), refusing what the general path reports."""
+_FLAT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+"""`_PLAIN_JSON` without looking at each object's keys (see `_plain_step`)."""
 
 
 def _plain_value(value: Any, loc: str, refs: set[int]) -> Any:
@@ -1353,7 +1355,11 @@ def _plain_step(m: re.Match[str], line: int) -> Step:
     if tool.lower() in NONE_WORDS:
         raise _NotPlain  # "#Tool1: none": a reasoning step
     try:
-        value, stop = _PLAIN_JSON.raw_decode(args_text)
+        value, stop = _FLAT_JSON.raw_decode(args_text)
+        if type(value) is dict and len(value) != args_text.count(":"):
+            # Each key is followed by a colon: as many keys in the dict as colons in the
+            # text means no nested object and no key given twice. Else the keys are read.
+            value, stop = _PLAIN_JSON.raw_decode(args_text)
     except ValueError:
         raise _NotPlain from None  # the general path repairs it or reports it
     if stop != len(args_text) or type(value) is not dict:
