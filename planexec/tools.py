@@ -44,7 +44,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, TypeVar, cast
@@ -895,14 +895,26 @@ async def report_progress(
             await out
 
 
-@contextmanager
-def reporting_progress(sink: ProgressSink | None) -> Iterator[None]:
+class _Reporting:
+    """The block of `reporting_progress` (a class: cheaper than a generator's, per call)."""
+
+    __slots__ = ("sink", "token")
+
+    def __init__(self, sink: ProgressSink | None) -> None:
+        self.sink = sink
+        self.token: contextvars.Token[ProgressSink | None] | None = None
+
+    def __enter__(self) -> None:
+        self.token = _progress.set(self.sink)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.token is not None
+        _progress.reset(self.token)
+
+
+def reporting_progress(sink: ProgressSink | None) -> AbstractContextManager[None]:
     """Send the progress of calls made in this block (this context) to ``sink``."""
-    token = _progress.set(sink)
-    try:
-        yield
-    finally:
-        _progress.reset(token)
+    return _Reporting(sink)
 
 
 def callbacks_around() -> bool:
