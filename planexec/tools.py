@@ -216,12 +216,21 @@ class ToolSpec:
         A field with an alias is named by its alias: the name its JSON schema shows and
         a call writes (an MCP server's ``from`` or ``a-b``).
         """
-        return [f.alias or n for n, f in self.args_schema.model_fields.items()]
+        return list(self._names[0])
 
     @property
     def required(self) -> list[str]:
         """The names of the required arguments, in schema order (aliases as `arg_names`)."""
-        return [f.alias or n for n, f in self.args_schema.model_fields.items() if f.is_required()]
+        return list(self._names[1])
+
+    @cached_property
+    def _names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """`arg_names` and `required`, computed once (a plan checks them on every step)."""
+        fields = self.args_schema.model_fields.items()
+        return (
+            tuple(f.alias or n for n, f in fields),
+            tuple(f.alias or n for n, f in fields if f.is_required()),
+        )
 
     @property
     def qualified_name(self) -> str:
