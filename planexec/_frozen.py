@@ -24,13 +24,14 @@ T = TypeVar("T")
 
 
 _Fields = tuple[
-    dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...], frozenset[str], frozenset[str]
+    dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...], frozenset[str], frozenset[str],
+    bool,
 ]
 
 
 @functools.cache
 def _fields(cls: type) -> _Fields:
-    """A dataclass's plain defaults, default factories, required and all field names."""
+    """A dataclass's defaults, default factories, required and all fields, and a post-init."""
     plain: dict[str, Any] = {}
     factories: list[tuple[str, Callable[[], Any]]] = []
     required: set[str] = set()
@@ -42,7 +43,7 @@ def _fields(cls: type) -> _Fields:
         else:
             required.add(f.name)
     names = frozenset(f.name for f in dataclasses.fields(cls))
-    return plain, tuple(factories), frozenset(required), names
+    return plain, tuple(factories), frozenset(required), names, hasattr(cls, "__post_init__")
 
 
 def build(cls: type[T], fields: dict[str, Any]) -> T:
@@ -54,7 +55,7 @@ def build(cls: type[T], fields: dict[str, Any]) -> T:
     """
     if not _fastpaths.ON:  # the general path (`planexec._fastpaths`)
         return cls(**fields)
-    plain, factories, required, names = _fields(cast(type, cls))
+    plain, factories, required, names, post_init = _fields(cast(type, cls))
     if not fields.keys() <= names or not required <= fields.keys():
         return cls(**fields)
     obj = object.__new__(cls)
@@ -64,7 +65,6 @@ def build(cls: type[T], fields: dict[str, Any]) -> T:
         if name not in fields:
             data[name] = factory()
     data.update(fields)
-    post = getattr(obj, "__post_init__", None)
-    if post is not None:
-        post()
+    if post_init:
+        obj.__post_init__()  # type: ignore[attr-defined]
     return obj

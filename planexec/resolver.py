@@ -801,7 +801,7 @@ class ArgResolver:
                 if bus is not None and bus.listening:
                     for name, method in quick.methods.items():
                         await bus.emit(
-                            ArgResolved(run_id=run_id, step_id=step.id, arg=name, method=method)
+                            ArgResolved.of(run_id=run_id, step_id=step.id, arg=name, method=method)
                         )
                 return quick
         run = _Resolution(self, step, spec, results, feedback, run_id, bus)

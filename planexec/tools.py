@@ -44,7 +44,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, TypeVar, cast
@@ -211,13 +211,26 @@ class ToolSpec:
 
     @property
     def arg_names(self) -> list[str]:
-        """The argument names, in schema order (positional arguments bind in this order)."""
-        return list(self.args_schema.model_fields)
+        """The argument names, in schema order (positional arguments bind in this order).
+
+        A field with an alias is named by its alias: the name its JSON schema shows and
+        a call writes (an MCP server's ``from`` or ``a-b``).
+        """
+        return list(self._names[0])
 
     @property
     def required(self) -> list[str]:
-        """The names of the required arguments, in schema order."""
-        return [n for n, f in self.args_schema.model_fields.items() if f.is_required()]
+        """The names of the required arguments, in schema order (aliases as `arg_names`)."""
+        return list(self._names[1])
+
+    @cached_property
+    def _names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """`arg_names` and `required`, computed once (a plan checks them on every step)."""
+        fields = self.args_schema.model_fields.items()
+        return (
+            tuple(f.alias or n for n, f in fields),
+            tuple(f.alias or n for n, f in fields if f.is_required()),
+        )
 
     @property
     def qualified_name(self) -> str:
@@ -226,8 +239,9 @@ class ToolSpec:
 
     @cached_property
     def field_names(self) -> frozenset[str]:
-        """The names the args schema declares (its ``model_fields``), computed once."""
-        return frozenset(self.args_schema.model_fields)
+        """The names the args schema accepts (its fields and their aliases), computed once."""
+        fields = self.args_schema.model_fields
+        return frozenset(fields) | {f.alias for f in fields.values() if f.alias}
 
     @property
     def allows_extra_args(self) -> bool:
@@ -256,7 +270,7 @@ class ToolSpec:
         Raises:
             pydantic.ValidationError: the arguments do not fit the schema.
         """
-        return self.parse(args).model_dump(exclude_unset=True)
+        return self.parse(args).model_dump(exclude_unset=True, by_alias=True)
 
     def parse(self, args: Mapping[str, Any]) -> BaseModel:
         """Validate ``args`` as `validate` does; return the validated model.
@@ -778,9 +792,12 @@ class DirectCall:
     """Fields with a default: passed explicitly even when not given (as langchain does)."""
     order: tuple[str, ...] = ()
     """The schema's field names in its order (the order of the keyword arguments)."""
+    only_given: bool = False
+    """Pass only the arguments given (validated), never a field's default: the tool's
+    ``_parse_input`` keeps only those (`DIRECT_ARGUMENTS` ``"given"``)."""
 
     def kwargs(self, args: Mapping[str, Any], validated: BaseModel | None) -> dict[str, Any]:
-        """The keyword arguments langchain's ``_parse_input`` would call the function with.
+        """The keyword arguments the tool's ``_parse_input`` would call the function with.
 
         Raises:
             pydantic.ValidationError: the arguments do not fit the schema.
@@ -789,9 +806,10 @@ class DirectCall:
             return {}  # langchain ignores the input of a tool without arguments
         model = validated if validated is not None else self.schema.model_validate(dict(args))
         given = model.model_fields_set
+        defaults = () if self.only_given else self.defaults
         out: dict[str, Any] = {}
         for key in self.order:
-            if key in args or key in given or key in self.defaults:
+            if key in given or key in defaults or (key in args and not self.only_given):
                 out[key] = getattr(model, key)
         for key in model.model_extra or {}:
             out[key] = getattr(model, key)
@@ -809,18 +827,32 @@ _LANGCHAIN_PARAMS = frozenset({"config", "callbacks", "run_manager"})
 """Parameters langchain fills in itself (a function taking them needs ``ainvoke``)."""
 
 
+DIRECT_ARGUMENTS = "planexec_direct_arguments"
+"""The class attribute by which a `StructuredTool` subclass says it may be called directly.
+
+Its value says which arguments its ``_parse_input`` passes to the function: ``"given"``,
+only those the call gave (validated), never a field's default. The subclass promises
+that apart from that, calling it is calling a `StructuredTool` (planexec's MCP tools:
+`planexec.mcp.MCPTool`)."""
+
+
 def direct_call(spec: ToolSpec) -> DirectCall | None:
     """How to call a tool directly, or None when only ``ainvoke`` is equivalent.
 
-    Direct: a `StructuredTool` itself (not a subclass), ``response_format="content"``,
-    no ``handle_tool_error``/``handle_validation_error``, no callbacks or verbosity of
-    its own, its own pydantic args schema as the catalog's (no injected arguments), and
-    a function that takes none of ``config``, ``callbacks``, ``run_manager`` or a
-    ``RunnableConfig``. Everything else (BaseTool subclasses, artifacts, MCP tools...)
-    goes through ``ainvoke``.
+    Direct: a `StructuredTool` itself, or a subclass that declares `DIRECT_ARGUMENTS`;
+    ``response_format="content"``, no ``handle_tool_error``/``handle_validation_error``,
+    no callbacks or verbosity of its own, its own pydantic args schema as the catalog's
+    (no injected arguments), and a function that takes none of ``config``,
+    ``callbacks``, ``run_manager`` or a ``RunnableConfig``. Everything else (other
+    `BaseTool` subclasses, artifacts...) goes through ``ainvoke``.
     """
     tool = spec.tool
-    if type(tool) is not StructuredTool or tool.response_format != "content":
+    declared = getattr(type(tool), DIRECT_ARGUMENTS, None)
+    if declared not in (None, "given"):
+        return None
+    if type(tool) is not StructuredTool and declared is None:
+        return None
+    if not isinstance(tool, StructuredTool) or tool.response_format != "content":
         return None
     if tool.handle_tool_error or tool.handle_validation_error or tool.callbacks or tool.verbose:
         return None
@@ -840,6 +872,7 @@ def direct_call(spec: ToolSpec) -> DirectCall | None:
         schema=schema,
         fields=frozenset(fields),
         order=tuple(schema.model_fields),
+        only_given=declared == "given",
         defaults=tuple(
             k for k, f in fields.items() if k not in ("args", "kwargs") and not f.is_required()
         ),
@@ -895,14 +928,26 @@ async def report_progress(
             await out
 
 
-@contextmanager
-def reporting_progress(sink: ProgressSink | None) -> Iterator[None]:
+class _Reporting:
+    """The block of `reporting_progress` (a class: cheaper than a generator's, per call)."""
+
+    __slots__ = ("sink", "token")
+
+    def __init__(self, sink: ProgressSink | None) -> None:
+        self.sink = sink
+        self.token: contextvars.Token[ProgressSink | None] | None = None
+
+    def __enter__(self) -> None:
+        self.token = _progress.set(self.sink)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.token is not None
+        _progress.reset(self.token)
+
+
+def reporting_progress(sink: ProgressSink | None) -> AbstractContextManager[None]:
     """Send the progress of calls made in this block (this context) to ``sink``."""
-    token = _progress.set(sink)
-    try:
-        yield
-    finally:
-        _progress.reset(token)
+    return _Reporting(sink)
 
 
 def callbacks_around() -> bool:

@@ -9,8 +9,8 @@ import pytest
 
 from planexec import events
 from planexec.errors import ErrorKind
-from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted
-from planexec.results import StepResult, StepStatus
+from planexec.events import ArgResolved, Event, StepFinished, StepStarted, ToolCallStarted
+from planexec.results import ResolutionMethod, StepResult, StepStatus
 
 RESULT = StepResult(step_id=1, tool="t", status=StepStatus.FAILED, error="boom",
                     error_kind=ErrorKind.TOOL_ERROR)
@@ -23,6 +23,7 @@ CASES: list[tuple[type[Event], dict[str, Any]]] = [
                        "plan_version": 2, "safe": True}),
     (StepFinished, {"run_id": "r", "result": RESULT}),
     (StepFinished, {"run_id": "r", "result": RESULT, "plan_version": 4, "safe": True}),
+    (ArgResolved, {"run_id": "r", "step_id": 1, "arg": "a", "method": ResolutionMethod.REFERENCE}),
 ]
 
 

@@ -174,7 +174,10 @@ def _on_sigint(handler: Callable[[int], Any]) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        signal.set_wakeup_fd(before)
+        try:
+            signal.set_wakeup_fd(before)
+        except (OSError, ValueError):  # closed by its owner meanwhile: none is left set
+            signal.set_wakeup_fd(-1)
         os.close(write_fd)  # the watcher reads end-of-file and returns
         watcher.join(SHUTDOWN_GRACE)
         if not watcher.is_alive():

@@ -54,7 +54,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Annotated, Any, Literal, Union
+from typing import IO, Annotated, Any, ClassVar, Literal, Union
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import (
@@ -984,7 +984,14 @@ class MCPTool(StructuredTool):
     arguments), so what langchain shows a model (``bind_tools``) is the server's input
     schema, not a copy rebuilt from the pydantic fields. Only the async path runs
     (``ainvoke``); ``invoke`` is refused, as for langchain-mcp-adapters' tools.
+
+    planexec's executor calls it through its session directly, without ``ainvoke``'s
+    per-call machinery, when no callback would see the call: it passes the arguments
+    given, validated, as `_parse_input` does (`planexec.tools.DIRECT_ARGUMENTS`).
     """
+
+    planexec_direct_arguments: ClassVar[str] = "given"
+    """Called directly with the arguments given (`planexec.tools.DIRECT_ARGUMENTS`)."""
 
     @property
     def tool_call_schema(self) -> Any:

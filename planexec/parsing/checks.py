@@ -27,7 +27,7 @@ Codes (all stable; ``docs/plan-language.md`` has an example of each):
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from planexec.parsing.refs import HINTED_BY
 from planexec.plan import Diagnostic, Plan, Severity, Step
@@ -218,20 +218,32 @@ class _CannotTell(Exception):
 
 
 class _Asked:
-    """A catalog whose `KeyError` becomes `_CannotTell`.
+    """A catalog whose `KeyError` becomes `_CannotTell`, each answer asked for once.
 
     Only what the catalog itself raises is the catalog's answer; a `KeyError` raised by
-    the checks' own code is a bug and propagates.
+    the checks' own code is a bug and propagates. One `check_plan` asks about the same
+    few tools for every step: the answers are kept for the check (not the errors).
     """
 
     def __init__(self, catalog: CatalogLike) -> None:
         self._catalog = catalog
+        self._answers: dict[tuple[str, str, str | None], Any] = {}
 
-    def has(self, name: str, server: str | None = None) -> bool:
+    def _ask(self, question: str, name: str, server: str | None) -> Any:
+        key = (question, name, server)
         try:
-            return self._catalog.has(name, server)
+            return self._answers[key]
+        except KeyError:
+            pass
+        try:
+            answer = getattr(self._catalog, question)(name, server)
         except KeyError as exc:
             raise _CannotTell(exc) from exc
+        self._answers[key] = answer
+        return answer
+
+    def has(self, name: str, server: str | None = None) -> bool:
+        return bool(self._ask("has", name, server))
 
     def suggest(self, name: str, n: int = 3) -> list[str]:
         try:
@@ -240,23 +252,17 @@ class _Asked:
             raise _CannotTell(exc) from exc
 
     def required_args(self, name: str, server: str | None = None) -> list[str]:
-        try:
-            return self._catalog.required_args(name, server)
-        except KeyError as exc:
-            raise _CannotTell(exc) from exc
+        return list(self._ask("required_args", name, server))
 
     def arg_names(self, name: str, server: str | None = None) -> list[str]:
-        try:
-            return self._catalog.arg_names(name, server)
-        except KeyError as exc:
-            raise _CannotTell(exc) from exc
+        return list(self._ask("arg_names", name, server))
 
 
-def _catalog_checks(step: Step, catalog: CatalogLike) -> list[Diagnostic]:
+def _catalog_checks(step: Step, catalog: _Asked) -> list[Diagnostic]:
     if step.tool is None:
         return []
     try:
-        return _tool_checks(step, _Asked(catalog))
+        return _tool_checks(step, catalog)
     except _CannotTell as exc:  # e.g. a name that exists on several servers
         why = exc.why
         return [
@@ -364,8 +370,9 @@ def check_plan(plan: Plan, catalog: CatalogLike | None = None) -> Plan:
     """
     found = _graph_checks(plan)
     if catalog is not None:
+        asked = _Asked(catalog)
         for step in plan.steps:
-            found.extend(_catalog_checks(step, catalog))
+            found.extend(_catalog_checks(step, asked))
     existing = set(plan.diagnostics)
     new: list[Diagnostic] = []
     for d in found:

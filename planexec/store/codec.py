@@ -19,7 +19,7 @@ from typing import Any
 import planexec._fastpaths as _fastpaths
 from planexec._json import json_data
 from planexec.errors import ErrorKind
-from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted
+from planexec.events import ArgResolved, Event, StepFinished, StepStarted, ToolCallStarted
 from planexec.grounding import Grounding
 from planexec.plan import Diagnostic, Plan, Ref, Severity, Step, Template
 from planexec.results import ResolutionMethod, StepError, StepResult, StepStatus, jsonable
@@ -264,6 +264,9 @@ def _recorded_fields(cls: type) -> tuple[str, ...]:
 _HOT = frozenset({StepStarted, ToolCallStarted, StepFinished})
 """The events a run records on every step: encoded without the general loop."""
 
+_TEXT_HOT = _HOT | {ArgResolved}
+"""The events `event_text` writes straight to text (a resolved argument: most steps')."""
+
 
 def _hot_data(event: Any) -> dict[str, Any] | None:
     """`event_to_json` of a hot event whose fields are plain (None: not plain).
@@ -445,38 +448,27 @@ def _flat_text(value: dict[Any, Any]) -> str | None:
     return "{" + ",".join(parts) + "}"
 
 
-def _opt_str(value: Any) -> str | None:
-    """The JSON text of a str or None; None when ``value`` is neither (no fast path)."""
-    if value is None:
-        return "null"
-    if type(value) is str:
-        return encode_basestring(value)
-    return None
-
-
-def _finite(value: Any) -> bool:
-    return type(value) is float and value - value == 0.0
-
-
-def _opt_float(value: Any) -> str | None:
-    """The JSON text of a finite float or None; None otherwise (no fast path)."""
-    if value is None:
-        return "null"
-    if type(value) is float and value - value == 0.0:
-        return float.__repr__(value)
-    return None
-
-
 _BOOL = {True: "true", False: "false"}
 
 
 def _result_text(result: StepResult) -> str | None:
     """The text of ``dumps(result_to_json(result))``, built directly (None: not plain)."""
     r = result
-    tool, server, error, note = (
-        _opt_str(r.tool), _opt_str(r.server), _opt_str(r.error), _opt_str(r.note)
+    tool, server, error, note = r.tool, r.server, r.error, r.note
+    started_at, took = r.started_at, r.duration
+    # each optional field: its text, or None (not plain: the general path)
+    tool = "null" if tool is None else encode_basestring(tool) if type(tool) is str else None
+    server = (
+        "null" if server is None else encode_basestring(server) if type(server) is str else None
     )
-    started, duration = _opt_float(r.started_at), _opt_float(r.duration)
+    error = "null" if error is None else encode_basestring(error) if type(error) is str else None
+    note = "null" if note is None else encode_basestring(note) if type(note) is str else None
+    started = "null" if started_at is None else float.__repr__(started_at) if (
+        type(started_at) is float and started_at - started_at == 0.0
+    ) else None
+    duration = "null" if took is None else float.__repr__(took) if (
+        type(took) is float and took - took == 0.0
+    ) else None
     if (
         tool is None or server is None or error is None or note is None or started is None
         or duration is None or type(r.step_id) is not int or type(r.llm_calls) is not int
@@ -493,8 +485,7 @@ def _result_text(result: StepResult) -> str | None:
         f'"output":{output},"raw_output":{raw},'
         f'"error":{error},'
         f'"error_kind":{encode_basestring(str(kind)) if kind else "null"},'
-        f'"resolution":'
-        f'{_ENCODER.encode({k: str(v) for k, v in resolution.items()}) if resolution else "{}"},'
+        f'"resolution":{_resolution_text(resolution) if resolution else "{}"},'
         f'"llm_calls":{r.llm_calls},"attempts":{r.attempts},"started_at":{started},'
         f'"duration":{duration},"note":{note},"reused":{_BOOL[r.reused]},'
         f'"streamed":{_BOOL[r.streamed]},'
@@ -502,6 +493,29 @@ def _result_text(result: StepResult) -> str | None:
         f'"grounding":'
         f'{_ENCODER.encode({k: g.to_dict() for k, g in grounding.items()}) if grounding else "{}"}'
         "}"
+    )
+
+
+def _resolution_text(resolution: dict[Any, Any]) -> str:
+    """The text of ``{k: str(v) for k, v in resolution.items()}`` (a result's methods)."""
+    parts = []
+    for k, v in resolution.items():
+        if type(k) is not str:
+            return _ENCODER.encode({k: str(v) for k, v in resolution.items()})
+        parts.append(f"{encode_basestring(k)}:{encode_basestring(str(v))}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _arg_resolved_text(e: ArgResolved, head: str) -> str | None:
+    step_id, arg, method, grounding = e.step_id, e.arg, e.method, e.grounding
+    if (
+        type(step_id) is not int or type(arg) is not str
+        or type(method) is not ResolutionMethod or grounding is not None
+    ):
+        return None
+    return (
+        f'{{"type":"ArgResolved",{head},"step_id":{step_id},"arg":{encode_basestring(arg)},'
+        f'"method":{encode_basestring(str(method))},"grounding":null}}'
     )
 
 
@@ -551,28 +565,31 @@ def _step_finished_text(e: StepFinished, head: str) -> tuple[str, str] | None:
 def event_text(event: Event) -> tuple[str, str | None] | None:
     """Encode a hot event straight to compact JSON text, or None.
 
-    The events a run records on every step (``StepStarted``, ``ToolCallStarted``,
-    ``StepFinished``, exactly those classes) are written straight to text when their
-    fields are plain (exact ``str``, ``int``, ``bool``, finite ``float`` values, as the
-    executor gives them): the text is ``dumps(event_to_json(event))``, character for
-    character (a test checks it on generated events). For a ``StepFinished`` the text of
-    its result (the value of its ``"result"`` key) comes too.
+    The events a run records on every step (``StepStarted``, ``ArgResolved`` without a
+    grounding, ``ToolCallStarted``, ``StepFinished``, exactly those classes) are written
+    straight to text when their fields are plain (exact ``str``, ``int``, ``bool``,
+    finite ``float`` values, as the executor gives them): the text is
+    ``dumps(event_to_json(event))``, character for character (a test checks it on
+    generated events). For a ``StepFinished`` the text of its result (the value of its
+    ``"result"`` key) comes too.
 
     Returns:
         ``(text, result_text)`` (``result_text`` None but for a ``StepFinished``), or
         None for any other event or field: encode ``event_to_json(event)`` then.
     """
     t = type(event)
-    if t not in _HOT or not _fastpaths.ON:  # (`planexec._fastpaths`)
+    if t not in _TEXT_HOT or not _fastpaths.ON:  # (`planexec._fastpaths`)
         return None
     run_id, ts = event.run_id, event.ts
-    if type(run_id) is not str or type(ts) is not float or not isfinite(ts):
+    if type(run_id) is not str or type(ts) is not float or ts - ts != 0.0:  # finite
         return None
     head = f'"run_id":{encode_basestring(run_id)},"ts":{float.__repr__(ts)}'
     if t is StepStarted:
         text = _step_started_text(event, head)  # type: ignore[arg-type]
     elif t is ToolCallStarted:
         text = _tool_call_started_text(event, head)  # type: ignore[arg-type]
+    elif t is ArgResolved:
+        text = _arg_resolved_text(event, head)  # type: ignore[arg-type]
     else:
         return _step_finished_text(event, head)  # type: ignore[arg-type]
     return None if text is None else (text, None)

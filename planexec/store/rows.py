@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from planexec.events import Event, StepFinished, StepStarted, ToolCallStarted
+from planexec.events import ArgResolved, Event, StepFinished, StepStarted, ToolCallStarted
 from planexec.store.codec import dumps, dumps_with, event_text, event_to_json
 
 __all__ = [
@@ -92,9 +92,13 @@ def encode(event: Event) -> Queued:
     if texts is None:
         return from_data(event_to_json(event))
     text, result_text = texts  # the fields read below were checked plain
-    if result_text is None:  # a StepStarted or a ToolCallStarted
-        e = cast("StepStarted | ToolCallStarted", event)
-        return (e.run_id, e.ts, type(e).__name__, e.step_id, e.plan_version, text), None
+    if result_text is None:
+        t = type(event)
+        if t is ArgResolved:  # no plan version
+            a = cast(ArgResolved, event)
+            return (a.run_id, a.ts, "ArgResolved", a.step_id, None, text), None
+        e = cast("StepStarted | ToolCallStarted", event)  # a StepStarted or a ToolCallStarted
+        return (e.run_id, e.ts, t.__name__, e.step_id, e.plan_version, text), None
     f = cast(StepFinished, event)
     r = f.result
     kind = r.error_kind
