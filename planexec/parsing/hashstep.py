@@ -37,6 +37,13 @@ way prompts ask for it. The grammar, the draft policy and every diagnostic code 
   dependencies, else to `NO_STEP` (a missing reference).
 - Reply cleanup (reasoning, special tokens, boxed answers) is `clean_reply`, shared with
   the other dialects.
+
+A plan of plain blocks only (``#StepN``/``#ToolN``/``#ArgsN``/``#DependencyN``, one line
+each, strict JSON whose strings are plain text or whole references to declared
+dependencies: nothing to report) is read at once by a fast path, `_read_plain`, into
+the plan the field-by-field reading gives; any other plan takes the field-by-field
+reading (`planexec._fastpaths`; `tests/parsing/test_hashstep_fast_path.py` holds the two
+equal).
 """
 
 from __future__ import annotations
