@@ -499,6 +499,10 @@ class Limits:
 
     def check(self, tool: str | None, server: str | None = None) -> str | None:
         """Return the message of the limit one more step with ``tool`` would exceed."""
+        return self._refusal(tool, self._names(tool, server) if tool is not None else ())
+
+    def _refusal(self, tool: str | None, names: tuple[str, ...]) -> str | None:
+        """`check`, given the names the call answers to."""
         if self.max_steps is not None and self.steps + 1 > self.max_steps:
             return (
                 f"limit max_steps={self.max_steps} reached: the run may execute at most "
@@ -506,7 +510,6 @@ class Limits:
             )
         if tool is None:
             return None
-        names = self._names(tool, server)
         for key in names:
             limit = self.per_tool_limits.get(key)
             if limit is None:
@@ -563,15 +566,16 @@ class Limits:
             tool = getattr(step, "tool", None)
         if server is None and step is not None:
             server = getattr(step, "server", None)
-        message = self.check(tool, server)
+        names = self._names(tool, server) if tool is not None else ()
+        message = self._refusal(tool, names)
         if message is not None:
             self.hit = message
             return message
         self.steps += 1
         if tool is not None:
-            names = self._names(tool, server)
+            made = self._made
             for key in names:
-                self._made[key] = self._made.get(key, 0) + 1
+                made[key] = made.get(key, 0) + 1
             for (pattern, _), tally in zip(self.sequence_limits, self._matched, strict=True):
                 if self._completes(pattern, names, tally[1]):
                     tally[0] += 1

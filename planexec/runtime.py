@@ -91,16 +91,26 @@ def tool_runner(settings: ExecutorSettings) -> ToolRunner:
 
 
 def limit_guard(limits: Limits, catalog: ToolCatalog) -> Guard:
-    """The executor's guard: `Limits.guard`, told the tool's server from the catalog."""
+    """The executor's guard: `Limits.guard`, told the tool's server from the catalog.
 
-    def guard(step: Step, tool: str) -> str | None:
-        server: str | None = step.server
+    The server of each (tool, step's server) is looked up once: one guard serves one
+    run, whose catalog does not change.
+    """
+    servers: dict[tuple[str, str | None], str | None] = {}
+
+    def server_of(tool: str, named: str | None) -> str | None:
         try:
-            spec = catalog.lookup(tool, step.server) or catalog.lookup(tool)
+            spec = catalog.lookup(tool, named) or catalog.lookup(tool)
         except KeyError:  # ambiguous: keep the step's server
             spec = None
-        if spec is not None:
-            server = spec.server or ""
+        return named if spec is None else (spec.server or "")
+
+    def guard(step: Step, tool: str) -> str | None:
+        key = (tool, step.server)
+        if key in servers:
+            server = servers[key]
+        else:
+            server = servers[key] = server_of(tool, step.server)
         return limits.guard(step, tool, server=server)
 
     return guard
