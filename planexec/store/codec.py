@@ -448,27 +448,35 @@ def _flat_text(value: dict[Any, Any]) -> str | None:
     return "{" + ",".join(parts) + "}"
 
 
+def _opt_str(value: Any) -> str | None:
+    """The JSON text of a str or None; None when ``value`` is neither (no fast path)."""
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return encode_basestring(value)
+    return None
+
+
+def _opt_float(value: Any) -> str | None:
+    """The JSON text of a finite float or None; None otherwise (no fast path)."""
+    if value is None:
+        return "null"
+    if type(value) is float and value - value == 0.0:
+        return float.__repr__(value)
+    return None
+
+
 _BOOL = {True: "true", False: "false"}
 
 
 def _result_text(result: StepResult) -> str | None:
     """The text of ``dumps(result_to_json(result))``, built directly (None: not plain)."""
     r = result
-    tool, server, error, note = r.tool, r.server, r.error, r.note
-    started_at, took = r.started_at, r.duration
     # each optional field: its text, or None (not plain: the general path)
-    tool = "null" if tool is None else encode_basestring(tool) if type(tool) is str else None
-    server = (
-        "null" if server is None else encode_basestring(server) if type(server) is str else None
+    tool, server, error, note = (
+        _opt_str(r.tool), _opt_str(r.server), _opt_str(r.error), _opt_str(r.note)
     )
-    error = "null" if error is None else encode_basestring(error) if type(error) is str else None
-    note = "null" if note is None else encode_basestring(note) if type(note) is str else None
-    started = "null" if started_at is None else float.__repr__(started_at) if (
-        type(started_at) is float and started_at - started_at == 0.0
-    ) else None
-    duration = "null" if took is None else float.__repr__(took) if (
-        type(took) is float and took - took == 0.0
-    ) else None
+    started, duration = _opt_float(r.started_at), _opt_float(r.duration)
     if (
         tool is None or server is None or error is None or note is None or started is None
         or duration is None or type(r.step_id) is not int or type(r.llm_calls) is not int
