@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 import planexec._fastpaths as _fastpaths
 
-__all__ = ["build"]
+__all__ = ["build", "cached"]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 
 _Fields = tuple[
@@ -68,3 +69,35 @@ def build(cls: type[T], fields: dict[str, Any]) -> T:
     if post_init:
         obj.__post_init__()  # type: ignore[attr-defined]
     return obj
+
+
+class cached(Generic[T, V]):  # noqa: N801 - used as a decorator, like `functools.cached_property`
+    """`functools.cached_property` without its lock: computed on first use, then a field.
+
+    Python 3.11's ``cached_property`` takes one lock per property (shared by every
+    instance) on every first use; for a value computed from a frozen object's fields
+    that lock buys nothing: two threads that race compute the same value, and either
+    stays. Like ``cached_property`` (and as in Python 3.12), the value is stored in the
+    instance's ``__dict__`` under the attribute's name, where later lookups find it
+    without calling this descriptor.
+    """
+
+    def __init__(self, fn: Callable[[T], V]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> cached[T, V]: ...
+
+    @overload
+    def __get__(self, obj: T, owner: type | None = None) -> V: ...
+
+    def __get__(self, obj: T | None, owner: type | None = None) -> V | cached[T, V]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value

@@ -15,8 +15,9 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
 from typing import Any, TypeAlias
+
+from planexec._frozen import cached
 
 __all__ = [
     "ArgValue",
@@ -264,21 +265,21 @@ class Step:
         return self.tool is None and self.server is not None and not self.no_tool
 
     # A step is a value: what it knows of its own arguments is computed once, on first
-    # use (`functools.cached_property` stores it in the instance's ``__dict__``, beside
+    # use (`planexec._frozen.cached` stores it in the instance's ``__dict__``, beside
     # the fields; ``replace`` makes a new step, which computes its own).
 
-    @cached_property
+    @cached
     def refs(self) -> tuple[Ref, ...]:
         """Every reference in the step's arguments (keyword and positional)."""
         found = tuple(iter_refs(self.args))
         return found + tuple(iter_refs(self.positional)) if self.positional else found
 
-    @cached_property
+    @cached
     def deps(self) -> frozenset[int]:
         """Every step this one waits for: ``depends_on`` ∪ ``explicit_deps`` ∪ referenced."""
         return frozenset(self.depends_on).union(self.explicit_deps, (r.step for r in self.refs))
 
-    @cached_property
+    @cached
     def ref_args(self) -> Mapping[int, str]:
         """For each referenced step id, the first argument that refers to it.
 

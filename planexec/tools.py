@@ -46,7 +46,6 @@ from collections.abc import (
 )
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal, TypeVar, cast
 
 import langsmith.utils
@@ -61,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import InitErrorDetails
 
 import planexec._fastpaths as _fastpaths
+from planexec._frozen import cached
 from planexec._loading import load_object
 from planexec._log import logger
 from planexec.errors import AmbiguousToolError, ToolCallError, ToolLoadError, ToolOutputError
@@ -223,7 +223,7 @@ class ToolSpec:
         """The names of the required arguments, in schema order (aliases as `arg_names`)."""
         return list(self._names[1])
 
-    @cached_property
+    @cached
     def _names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """`arg_names` and `required`, computed once (a plan checks them on every step)."""
         fields = self.args_schema.model_fields.items()
@@ -237,7 +237,7 @@ class ToolSpec:
         """``server.name`` when the tool has a server, else ``name``."""
         return f"{self.server}.{self.name}" if self.server else self.name
 
-    @cached_property
+    @cached
     def field_names(self) -> frozenset[str]:
         """The names the args schema accepts (its fields and their aliases), computed once."""
         fields = self.args_schema.model_fields
@@ -295,7 +295,7 @@ class ToolSpec:
             raise ValidationError.from_exception_data(self.args_schema.__name__, errors)
         return self.args_schema.model_validate(dict(args))
 
-    @cached_property
+    @cached
     def direct(self) -> DirectCall | None:
         """How to call the tool's function without langchain's per-call machinery.
 

@@ -1320,6 +1320,17 @@ _FLAT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
 """`_PLAIN_JSON` without looking at each object's keys (see `_plain_step`)."""
 
 
+def _whole_ref(step: int, raw: str, loc: str) -> Ref:
+    """``Ref(step, (), None, raw, True, loc)``, filled at once (half the constructor's cost).
+
+    `Ref` is a frozen dataclass without ``__post_init__``: the same object (the fast
+    path's differential test compares every plan's references with the general path's).
+    """
+    ref = object.__new__(Ref)
+    ref.__dict__.update(step=step, path=(), hint=None, raw=raw, whole_value=True, location=loc)
+    return ref
+
+
 def _plain_value(value: Any, loc: str, refs: set[int]) -> Any:
     """``value`` as `find_refs` and `free_placeholders` leave it, when nothing is reported.
 
@@ -1336,7 +1347,7 @@ def _plain_value(value: Any, loc: str, refs: set[int]) -> Any:
         if m.group(2) == "" or m.group(4) == "":  # "<step_3>": no path to read
             step = int(m.group(1) or m.group(3))
             refs.add(step)
-            return Ref(step, (), None, value, True, loc)
+            return _whole_ref(step, value, loc)
         ref = parse_ref(value)
         if ref is None:
             raise _NotPlain
@@ -1383,7 +1394,7 @@ def _plain_step(m: re.Match[str], line: int) -> Step:
             if ref is not None and (ref.group(2) == "" or ref.group(4) == ""):
                 step = int(ref.group(1) or ref.group(3))
                 refs.add(step)
-                args[key] = Ref(step, (), None, v, True, loc)
+                args[key] = _whole_ref(step, v, loc)
                 continue
         args[key] = _plain_value(v, loc, refs)
     digits = _DIGITS_RE.findall(deps_text)
