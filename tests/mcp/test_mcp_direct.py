@@ -203,3 +203,40 @@ async def test_the_executor_calls_an_mcp_tool_without_ainvoke_and_the_server_get
     assert failed.status is StepStatus.FAILED
     assert failed.error_kind is ErrorKind.TOOL_ERROR
     assert _calls(log)[0] == {"tool": "echo", "args": given}
+
+
+async def test_an_approvers_edit_of_an_aliased_argument_reaches_the_server_by_its_schema_name(
+    tmp_path: Path,
+) -> None:
+    from planexec.agent import PlanExecuteAgent
+    from planexec.approval import ApprovalDecision, ApprovalRequest
+    from planexec.config import AgentConfig
+    from planexec.results import ResolutionMethod, RunStatus
+
+    decisions = [
+        ApprovalDecision.edit({"f_from": "there"}),  # the model's Python name: not the tool's
+        ApprovalDecision.edit({"from": "there", "a-b": 3}),
+    ]
+    requests: list[ApprovalRequest] = []
+
+    async def approver(request: ApprovalRequest) -> ApprovalDecision:
+        requests.append(request)
+        return decisions.pop(0)
+
+    config, log = _config(tmp_path)
+    cfg = AgentConfig.model_validate({"approval": {"enabled": True, "tools": ["echo"]}})
+    async with MCPToolset(config) as toolset:
+        agent = PlanExecuteAgent(None, ToolCatalog(toolset.tools), config=cfg, approver=approver)
+        run = await agent.execute_plan(
+            '#Step1: go\n#Tool1: echo\n#Args1: {"n": 2, "from": "here"}\n#Dependency1: None\n'
+        )
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    first, second = requests
+    assert first.args == {"n": 2, "from": "here"} and first.problems == ()
+    # the unknown name is refused and asked again, never dropped nor mapped by guess
+    assert any("f_from" in p for p in second.problems)
+    assert [c["args"] for c in _calls(log)] == [{"n": 2, "from": "there", "a-b": 3}]
+    [result] = run.results
+    assert result.args == {"n": 2, "from": "there", "a-b": 3}
+    assert result.resolution["from"] is ResolutionMethod.EDITED
+    assert result.resolution["a-b"] is ResolutionMethod.EDITED
