@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from planexec.errors import RunNotFoundError
 from planexec.events import Event, EventBus
 from planexec.results import RunStatus, StepStatus
 from planexec.store.base import (
     HOST,
-    LEASE_TTL,
     MY_START,
     RUN_FIELDS,
     ApprovalRecord,
@@ -25,25 +25,21 @@ from planexec.store.base import (
     Lease,
     RecordedPlan,
     RecordedStep,
-    RequestState,
     RunRecord,
     StartedCall,
-    check_claim,
-    check_decidable,
-    decided,
     export_document,
-    lease_lost,
-    lease_refused,
-    new_lease,
     run_record,
     unmatched_calls,
 )
-from planexec.store.codec import args_digest, event_to_json, plan_from_json, result_from_json
+from planexec.store.cas import CompareAndSet
+from planexec.store.codec import event_to_json, plan_from_json, result_from_json
 
 __all__ = ["MemoryRunStore"]
 
 _FAILED = str(StepStatus.FAILED)
 
+
+T = TypeVar("T")
 
 @dataclass
 class _RunState:
@@ -66,7 +62,7 @@ class _RunState:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-class MemoryRunStore:
+class MemoryRunStore(CompareAndSet[None]):
     """A `RunStore` that keeps every record in memory.
 
     Example:
@@ -253,34 +249,25 @@ class MemoryRunStore:
 
     # -- leases ----------------------------------------------------------------------
 
-    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL) -> Lease:
-        """Take the run's lease (see `planexec.store.RunStore.acquire_lease`)."""
-        now = time.time()
+    def _cas(self, run_id: str, fn: Callable[[None], T], event: Event | None = None) -> T:
+        """Run ``fn`` and record ``event`` under the store's lock (``fn`` raising: neither)."""
         with self._lock:
-            held = self._leases.get(run_id)
-            if held is not None and held.owner != owner and held.live(now):
-                raise lease_refused(run_id, held)
-            lease = self._leases[run_id] = new_lease(run_id, owner, ttl, now, held)
-            return lease
+            out = fn(None)
+            self._write_event(event)
+            return out
 
-    def renew_lease(self, run_id: str, owner: str) -> Lease:
-        """Renew ``owner``'s lease (raises `LeaseHeldError` when it lost it)."""
-        now = time.time()
-        with self._lock:
-            held = self._leases.get(run_id)
-            if held is None or held.owner != owner:
-                raise lease_lost(run_id, owner, held)
-            lease = self._leases[run_id] = new_lease(run_id, owner, held.ttl, now, held)
-            return lease
+    def _lease_row(self, tx: None, run_id: str) -> Lease | None:
+        return self._leases.get(run_id)
 
-    def release_lease(self, run_id: str, owner: str) -> bool:
-        """Give up ``owner``'s lease."""
-        with self._lock:
-            held = self._leases.get(run_id)
-            if held is None or held.owner != owner:
-                return False
-            del self._leases[run_id]
-            return True
+    def _put_lease(self, tx: None, lease: Lease) -> None:
+        self._leases[lease.run_id] = lease
+
+    def _drop_lease(self, tx: None, run_id: str, owner: str) -> bool:
+        held = self._leases.get(run_id)
+        if held is None or held.owner != owner:
+            return False
+        del self._leases[run_id]
+        return True
 
     def get_lease(self, run_id: str) -> Lease | None:
         """The run's lease as recorded, or None."""
@@ -289,15 +276,23 @@ class MemoryRunStore:
 
     # -- approvals -------------------------------------------------------------------
 
-    def _latest(
-        self, run_id: str, plan_version: int, step_id: int
-    ) -> tuple[int, ApprovalRecord] | None:
-        rows = self._requests.get(run_id, [])
-        for i in range(len(rows) - 1, -1, -1):
-            r = rows[i]
+    def _latest_request(
+        self, tx: None, run_id: str, plan_version: int, step_id: int
+    ) -> ApprovalRecord | None:
+        for r in reversed(self._requests.get(run_id, [])):
             if r.plan_version == plan_version and r.step_id == step_id:
-                return i, r
+                return r
         return None
+
+    def _put_request(self, tx: None, rec: ApprovalRecord) -> None:
+        rows = self._requests.setdefault(rec.run_id, [])
+        for i, r in enumerate(rows):
+            if (r.plan_version, r.step_id, r.request_no) == (
+                rec.plan_version, rec.step_id, rec.request_no
+            ):
+                rows[i] = rec
+                return
+        rows.append(rec)
 
     def _write_event(self, event: Event | None) -> None:
         if event is not None:
@@ -305,90 +300,6 @@ class MemoryRunStore:
             self._written[id(event)] = event
             while len(self._written) > 1024:  # never delivered: forget the oldest
                 del self._written[next(iter(self._written))]
-
-    def open_request(
-        self, request: ApprovalRecord, *, event: Event | None = None
-    ) -> ApprovalRecord:
-        """Record an open request (see `planexec.store.RunStore.open_request`)."""
-        with self._lock:
-            rows = self._requests.setdefault(request.run_id, [])
-            found = self._latest(request.run_id, request.plan_version, request.step_id)
-            number = 1
-            if found is not None:
-                i, prev = found
-                number = prev.request_no + 1
-                if prev.state in (RequestState.OPEN, RequestState.DECIDED):
-                    rows[i] = replace(prev, state=RequestState.WITHDRAWN,
-                                      withdrawn_reason="superseded: the step asked again")
-            rec = replace(request, request_no=number, state=RequestState.OPEN,
-                          opened_at=request.opened_at or time.time())
-            rows.append(rec)
-            self._write_event(event)
-            return rec
-
-    def decide_request(
-        self,
-        run_id: str,
-        plan_version: int,
-        step_id: int,
-        *,
-        action: str,
-        args: dict[str, Any] | None,
-        edited: dict[str, Any] | None = None,
-        reason: str | None = None,
-        by: str | None = None,
-        at: float | None = None,
-        request_no: int | None = None,
-        event: Event | None = None,
-    ) -> ApprovalRecord:
-        """Decide the step's latest request, compare-and-set."""
-        digest = args_digest(args) if args is not None else None
-        with self._lock:
-            found = self._latest(run_id, plan_version, step_id)
-            rec = check_decidable(found[1] if found else None, run_id, plan_version, step_id,
-                                  request_no)
-            assert found is not None
-            new = decided(rec, action=action, args=args, digest=digest, edited=edited,
-                          reason=reason, by=by, at=at if at is not None else time.time())
-            self._requests[run_id][found[0]] = new
-            self._write_event(event)
-            return new
-
-    def withdraw_request(
-        self, run_id: str, plan_version: int, step_id: int, reason: str
-    ) -> ApprovalRecord | None:
-        """Withdraw the step's latest request unless a call claimed it."""
-        with self._lock:
-            found = self._latest(run_id, plan_version, step_id)
-            if found is None or found[1].state in (RequestState.CLAIMED, RequestState.WITHDRAWN):
-                return None
-            new = replace(found[1], state=RequestState.WITHDRAWN, withdrawn_reason=reason)
-            self._requests[run_id][found[0]] = new
-            return new
-
-    def claim_decision(
-        self,
-        run_id: str,
-        plan_version: int,
-        step_id: int,
-        *,
-        tool: str,
-        digest: str,
-        claimer: str,
-        event: Event | None = None,
-    ) -> ApprovalRecord:
-        """Claim the step's decision and record the call start, at once."""
-        now = time.time()
-        with self._lock:
-            found = self._latest(run_id, plan_version, step_id)
-            check_claim(found[1] if found else None, run_id=run_id, step_id=step_id, tool=tool,
-                        digest=digest, claimer=claimer, lease=self._leases.get(run_id), now=now)
-            assert found is not None
-            new = replace(found[1], state=RequestState.CLAIMED, claimed_by=claimer,
-                          claimed_at=now)
-            self._requests[run_id][found[0]] = new
-            self._write_event(event)
-            return new
 
     def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
         """Every request of a run, in the order opened."""

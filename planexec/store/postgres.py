@@ -37,7 +37,6 @@ commits off the event loop with a thread, as the SQLite store does.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import threading
@@ -53,7 +52,6 @@ from planexec.events import Event, EventBus
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
-    LEASE_TTL,
     MY_START,
     RUN_FIELDS,
     ApprovalRecord,
@@ -64,18 +62,13 @@ from planexec.store.base import (
     RequestState,
     RunRecord,
     StartedCall,
-    check_claim,
-    check_decidable,
     checkpoint,
-    decided,
     export_document,
-    lease_lost,
-    lease_refused,
-    new_lease,
     run_record,
     unmatched_calls,
 )
-from planexec.store.codec import args_digest, dumps, plan_from_json, result_from_json
+from planexec.store.cas import CompareAndSet
+from planexec.store.codec import dumps, plan_from_json, result_from_json
 from planexec.store.rows import MAX_BUFFERED, MAY_BE_SAFE, Effect, Queued, encode, from_data
 from planexec.store.sqlite import DURABILITY, FLUSHED_EVENTS, RESULT_DELAY
 
@@ -233,7 +226,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-class PostgresRunStore:
+class PostgresRunStore(CompareAndSet["psycopg.Connection[Any]"]):
     """A `RunStore` in a PostgreSQL database, shared by every process and host that opens it.
 
     Example:
@@ -735,42 +728,11 @@ class PostgresRunStore:
              lease.acquired_at, lease.heartbeat_at, lease.ttl),
         )
 
-    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL) -> Lease:
-        """Take the run's lease (see `planexec.store.RunStore.acquire_lease`)."""
-
-        def cas(conn: psycopg.Connection[Any]) -> Lease:
-            now = time.time()
-            held = self._lease_row(conn, run_id)
-            if held is not None and held.owner != owner and held.live(now):
-                raise lease_refused(run_id, held)
-            lease = new_lease(run_id, owner, ttl, now, held)
-            self._put_lease(conn, lease)
-            return lease
-
-        return self._cas(run_id, cas)
-
-    def renew_lease(self, run_id: str, owner: str) -> Lease:
-        """Renew ``owner``'s lease (raises `LeaseHeldError` when it lost it)."""
-
-        def cas(conn: psycopg.Connection[Any]) -> Lease:
-            held = self._lease_row(conn, run_id)
-            if held is None or held.owner != owner:
-                raise lease_lost(run_id, owner, held)
-            lease = new_lease(run_id, owner, held.ttl, time.time(), held)
-            self._put_lease(conn, lease)
-            return lease
-
-        return self._cas(run_id, cas)
-
-    def release_lease(self, run_id: str, owner: str) -> bool:
-        """Give up ``owner``'s lease."""
-
-        def cas(conn: psycopg.Connection[Any]) -> bool:
-            cur = conn.execute("DELETE FROM leases WHERE run_id = %s AND owner = %s",
-                               (run_id, owner))
-            return cur.rowcount > 0
-
-        return self._cas(run_id, cas)
+    @staticmethod
+    def _drop_lease(conn: psycopg.Connection[Any], run_id: str, owner: str) -> bool:
+        cur = conn.execute("DELETE FROM leases WHERE run_id = %s AND owner = %s",
+                           (run_id, owner))
+        return cur.rowcount > 0
 
     def get_lease(self, run_id: str) -> Lease | None:
         """The run's lease as recorded, or None."""
@@ -819,97 +781,6 @@ class PostgresRunStore:
             (rec.run_id, rec.plan_version, rec.step_id, rec.request_no, str(rec.state),
              rec.opened_at, dumps(rec.to_dict())),
         )
-
-    def open_request(
-        self, request: ApprovalRecord, *, event: Event | None = None
-    ) -> ApprovalRecord:
-        """Record an open request (see `planexec.store.RunStore.open_request`)."""
-
-        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord:
-            prev = self._latest_request(conn, request.run_id, request.plan_version,
-                                        request.step_id)
-            number = 1
-            if prev is not None:
-                number = prev.request_no + 1
-                if prev.state in (RequestState.OPEN, RequestState.DECIDED):
-                    self._put_request(conn, dataclasses.replace(
-                        prev, state=RequestState.WITHDRAWN,
-                        withdrawn_reason="superseded: the step asked again"))
-            rec = dataclasses.replace(request, request_no=number, state=RequestState.OPEN,
-                                      opened_at=request.opened_at or time.time())
-            self._put_request(conn, rec)
-            return rec
-
-        return self._cas(request.run_id, cas, event)
-
-    def decide_request(
-        self,
-        run_id: str,
-        plan_version: int,
-        step_id: int,
-        *,
-        action: str,
-        args: dict[str, Any] | None,
-        edited: dict[str, Any] | None = None,
-        reason: str | None = None,
-        by: str | None = None,
-        at: float | None = None,
-        request_no: int | None = None,
-        event: Event | None = None,
-    ) -> ApprovalRecord:
-        """Decide the step's latest request, compare-and-set."""
-        digest = args_digest(args) if args is not None else None
-
-        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord:
-            rec = check_decidable(self._latest_request(conn, run_id, plan_version, step_id),
-                                  run_id, plan_version, step_id, request_no)
-            new = decided(rec, action=action, args=args, digest=digest, edited=edited,
-                          reason=reason, by=by, at=at if at is not None else time.time())
-            self._put_request(conn, new)
-            return new
-
-        return self._cas(run_id, cas, event)
-
-    def withdraw_request(
-        self, run_id: str, plan_version: int, step_id: int, reason: str
-    ) -> ApprovalRecord | None:
-        """Withdraw the step's latest request unless a call claimed it."""
-
-        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord | None:
-            rec = self._latest_request(conn, run_id, plan_version, step_id)
-            if rec is None or rec.state in (RequestState.CLAIMED, RequestState.WITHDRAWN):
-                return None
-            new = dataclasses.replace(rec, state=RequestState.WITHDRAWN, withdrawn_reason=reason)
-            self._put_request(conn, new)
-            return new
-
-        return self._cas(run_id, cas)
-
-    def claim_decision(
-        self,
-        run_id: str,
-        plan_version: int,
-        step_id: int,
-        *,
-        tool: str,
-        digest: str,
-        claimer: str,
-        event: Event | None = None,
-    ) -> ApprovalRecord:
-        """Claim the step's decision and record the call start, in one transaction."""
-
-        def cas(conn: psycopg.Connection[Any]) -> ApprovalRecord:
-            now = time.time()
-            rec = self._latest_request(conn, run_id, plan_version, step_id)
-            check_claim(rec, run_id=run_id, step_id=step_id, tool=tool, digest=digest,
-                        claimer=claimer, lease=self._lease_row(conn, run_id), now=now)
-            assert rec is not None
-            new = dataclasses.replace(rec, state=RequestState.CLAIMED, claimed_by=claimer,
-                                      claimed_at=now)
-            self._put_request(conn, new)
-            return new
-
-        return self._cas(run_id, cas, event)
 
     def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
         """Every request of a run, in the order opened."""

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import random
@@ -61,7 +60,6 @@ from planexec.events import Event, EventBus, ToolCallStarted
 from planexec.results import RunStatus
 from planexec.store.base import (
     HOST,
-    LEASE_TTL,
     MY_START,
     RUN_FIELDS,
     ApprovalRecord,
@@ -72,19 +70,13 @@ from planexec.store.base import (
     RequestState,
     RunRecord,
     StartedCall,
-    check_claim,
-    check_decidable,
     checkpoint,
-    decided,
     export_document,
-    lease_lost,
-    lease_refused,
-    new_lease,
     run_record,
     unmatched_calls,
 )
+from planexec.store.cas import CompareAndSet
 from planexec.store.codec import (
-    args_digest,
     dumps,
     plan_from_json,
     result_from_json,
@@ -367,7 +359,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-class SQLiteRunStore:
+class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
     """A `RunStore` in one SQLite file, safe for several runs and several processes.
 
     Args:
@@ -1109,7 +1101,9 @@ class SQLiteRunStore:
         with self._pending_lock:
             return self._written.pop(id(event), None) is event
 
-    def _cas(self, fn: Callable[[sqlite3.Connection], T], event: Event | None = None) -> T:
+    def _cas(
+        self, run_id: str, fn: Callable[[sqlite3.Connection], T], event: Event | None = None
+    ) -> T:
         """Run ``fn`` and append ``event`` in one ``BEGIN IMMEDIATE`` transaction.
 
         Everything queued before is committed first (a prefix of the events). ``fn``
@@ -1148,44 +1142,11 @@ class SQLiteRunStore:
              lease.acquired_at, lease.heartbeat_at, lease.ttl),
         )
 
-    def acquire_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL) -> Lease:
-        """Take the run's lease (see `planexec.store.RunStore.acquire_lease`)."""
-
-        def cas(conn: sqlite3.Connection) -> Lease:
-            now = time.time()
-            held = self._lease_row(conn, run_id)
-            if held is not None and held.owner != owner and held.live(now):
-                raise lease_refused(run_id, held)
-            lease = new_lease(run_id, owner, ttl, now, held)
-            self._put_lease(conn, lease)
-            return lease
-
-        return self._cas(cas)
-
-    def renew_lease(self, run_id: str, owner: str) -> Lease:
-        """Renew ``owner``'s lease (raises `LeaseHeldError` when it lost it)."""
-
-        def cas(conn: sqlite3.Connection) -> Lease:
-            held = self._lease_row(conn, run_id)
-            if held is None or held.owner != owner:
-                raise lease_lost(run_id, owner, held)
-            lease = new_lease(run_id, owner, held.ttl, time.time(), held)
-            self._put_lease(conn, lease)
-            return lease
-
-        result: Lease = self._cas(cas)
-        return result
-
-    def release_lease(self, run_id: str, owner: str) -> bool:
-        """Give up ``owner``'s lease."""
-
-        def cas(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?",
-                               (run_id, owner))
-            return cur.rowcount > 0
-
-        result: bool = self._cas(cas)
-        return result
+    @staticmethod
+    def _drop_lease(conn: sqlite3.Connection, run_id: str, owner: str) -> bool:
+        cur = conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?",
+                           (run_id, owner))
+        return cur.rowcount > 0
 
     def get_lease(self, run_id: str) -> Lease | None:
         """The run's lease as recorded, or None."""
@@ -1209,101 +1170,6 @@ class SQLiteRunStore:
             (rec.run_id, rec.plan_version, rec.step_id, rec.request_no, str(rec.state),
              rec.opened_at, dumps(rec.to_dict())),
         )
-
-    def open_request(
-        self, request: ApprovalRecord, *, event: Event | None = None
-    ) -> ApprovalRecord:
-        """Record an open request (see `planexec.store.RunStore.open_request`)."""
-
-        def cas(conn: sqlite3.Connection) -> ApprovalRecord:
-            prev = self._latest_request(conn, request.run_id, request.plan_version,
-                                        request.step_id)
-            number = 1
-            if prev is not None:
-                number = prev.request_no + 1
-                if prev.state in (RequestState.OPEN, RequestState.DECIDED):
-                    self._put_request(conn, dataclasses.replace(
-                        prev, state=RequestState.WITHDRAWN,
-                        withdrawn_reason="superseded: the step asked again"))
-            rec = dataclasses.replace(request, request_no=number, state=RequestState.OPEN,
-                                      opened_at=request.opened_at or time.time())
-            self._put_request(conn, rec)
-            return rec
-
-        result: ApprovalRecord = self._cas(cas, event)
-        return result
-
-    def decide_request(
-        self,
-        run_id: str,
-        plan_version: int,
-        step_id: int,
-        *,
-        action: str,
-        args: dict[str, Any] | None,
-        edited: dict[str, Any] | None = None,
-        reason: str | None = None,
-        by: str | None = None,
-        at: float | None = None,
-        request_no: int | None = None,
-        event: Event | None = None,
-    ) -> ApprovalRecord:
-        """Decide the step's latest request, compare-and-set."""
-        digest = args_digest(args) if args is not None else None
-
-        def cas(conn: sqlite3.Connection) -> ApprovalRecord:
-            rec = check_decidable(self._latest_request(conn, run_id, plan_version, step_id),
-                                  run_id, plan_version, step_id, request_no)
-            new = decided(rec, action=action, args=args, digest=digest, edited=edited,
-                          reason=reason, by=by, at=at if at is not None else time.time())
-            self._put_request(conn, new)
-            return new
-
-        result: ApprovalRecord = self._cas(cas, event)
-        return result
-
-    def withdraw_request(
-        self, run_id: str, plan_version: int, step_id: int, reason: str
-    ) -> ApprovalRecord | None:
-        """Withdraw the step's latest request unless a call claimed it."""
-
-        def cas(conn: sqlite3.Connection) -> ApprovalRecord | None:
-            rec = self._latest_request(conn, run_id, plan_version, step_id)
-            if rec is None or rec.state in (RequestState.CLAIMED, RequestState.WITHDRAWN):
-                return None
-            new = dataclasses.replace(rec, state=RequestState.WITHDRAWN, withdrawn_reason=reason)
-            self._put_request(conn, new)
-            return new
-
-        result: ApprovalRecord | None = self._cas(cas)
-        return result
-
-    def claim_decision(
-        self,
-        run_id: str,
-        plan_version: int,
-        step_id: int,
-        *,
-        tool: str,
-        digest: str,
-        claimer: str,
-        event: Event | None = None,
-    ) -> ApprovalRecord:
-        """Claim the step's decision and record the call start, in one transaction."""
-
-        def cas(conn: sqlite3.Connection) -> ApprovalRecord:
-            now = time.time()
-            rec = self._latest_request(conn, run_id, plan_version, step_id)
-            check_claim(rec, run_id=run_id, step_id=step_id, tool=tool, digest=digest,
-                        claimer=claimer, lease=self._lease_row(conn, run_id), now=now)
-            assert rec is not None
-            new = dataclasses.replace(rec, state=RequestState.CLAIMED, claimed_by=claimer,
-                                      claimed_at=now)
-            self._put_request(conn, new)
-            return new
-
-        result: ApprovalRecord = self._cas(cas, event)
-        return result
 
     def approval_requests(self, run_id: str) -> list[ApprovalRecord]:
         """Every request of a run, in the order opened."""
