@@ -343,10 +343,25 @@ def _match_field(text: str) -> _Field | None:
     return _Field(kind, key, num, raw_num, junk, 0, 0, [value], bad_num)
 
 
+# Arguments written below an empty ``#Args`` in a shape other than JSON (``key: value``,
+# ``key=value``, ``(...)``, a quoted, bulleted or numbered object, a blockquoted fence):
+# read as its value, so that they fail loudly instead of becoming no arguments.
+_ARGS_BELOW_RE = re.compile(
+    r"^\s*(?:>\s*)*(?:(?:[-*+\u2022]|\d{1,3}[.)])\s+)?"
+    r"(?:```|~~~|[{\[(\"']|[A-Za-z_][\w\-]*\s*[:=])"
+)
+
+
 def _starts_args_value(text: str) -> bool:
     """Whether a line can be the value of an ``#Args`` field left empty on its own line."""
     t = text.strip().lstrip("`").strip()
-    return bool(t) and (t[0] in "{[\"'" or t.lower().rstrip(".") in NONE_WORDS)
+    if not t:
+        return False
+    return (
+        t[0] in "{[\"'"
+        or t.lower().rstrip(".") in NONE_WORDS
+        or _ARGS_BELOW_RE.match(text) is not None
+    )
 
 
 def _next_content(lines: list[tuple[int, str]], start: int) -> str | None:

@@ -540,6 +540,38 @@ def test_empty_args_then_prose_keep_the_prose_out_of_the_arguments() -> None:
     assert {"ARGS_NONE", "PROSE_IGNORED"} <= codes(plan)
 
 
+@pytest.mark.parametrize(
+    "below",
+    [
+        "site_name: MAIN",
+        "- site_name: MAIN",
+        '  site_name="MAIN"',
+        '(site_name="MAIN")',
+        '> {"site_name": "MAIN"}',
+        '* {"site_name": "MAIN"}',
+        '1. {"site_name": "MAIN"}',
+        '> ```json\n> {"site_name": "MAIN"}\n> ```',
+        "```yaml\nsite_name: MAIN\n```",
+        "\nsite_name: MAIN",
+    ],
+)
+def test_arguments_below_empty_args_that_are_not_json_are_an_error_never_no_arguments(
+    below: str,
+) -> None:
+    plan = parse_hashstep(
+        f"#Task1: a\n#Tool1: assets\n#Args1:\n{below}\n#Dependency1: None\n"
+    )
+    step = plan.steps[0]
+    if step.args_valid:  # read after all: then it is the argument written there
+        assert step.args == {"site_name": "MAIN"}
+        assert "ARGS_REPAIRED" in codes(plan)
+    else:
+        assert {d.code for d in plan.diagnostics if d.severity is Severity.ERROR} & {
+            "ARGS_SYNTAX", "ARGS_TRUNCATED"
+        }
+    assert "ARGS_NONE" not in codes(plan)
+
+
 def test_a_fence_closing_the_plan_after_empty_args_is_not_read_as_arguments() -> None:
     plan = parse_hashstep("```\n#Task1: a\n#Tool1: sites\n#Args1:\n```\nThat is the plan.\n")
     assert plan.steps[0].args == {} and "ARGS_NONE" in codes(plan)
