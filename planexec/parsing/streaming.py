@@ -345,7 +345,8 @@ class StreamingPlanParser:
                 found.append((self._line_at, self._line_no))
             self._line = []
             self._line_at = start + nl + 1
-            self._line_no += 1
+            # a lone "\r" ends a line too, as for `parse_plan` (`clean_reply`)
+            self._line_no += 1 + line.count("\r") - line.endswith("\r\n")
             pos = nl + 1
 
     def _advance(self, at: int, line_no: int, closers: str) -> bool:

@@ -157,7 +157,24 @@ def test_any_chunking_of_a_real_reply_ends_with_parse_plans_plan(
     data: st.DataObject, cuts: list[int]
 ) -> None:
     text = data.draw(st.sampled_from(REAL_TEXTS))
+    text = text.replace("\n", data.draw(st.sampled_from(["\n", "\r\n", "\r\r\n"])))
     check_against_parse_plan(text, chunked(text, cuts), "auto")
+
+
+_BLOCKS = "".join(f"#Task{n}: a\n#Tool{n}: sites\n#Args{n}: {{}}\n#Dependency{n}: None\n\n"
+                  for n in range(1, 40))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [_BLOCKS.replace("a\n", "a\r"), _BLOCKS.replace("\n", "\r\r\n"), _BLOCKS.replace("\n", "\r")],
+    ids=["a lone CR in each block", "CR CR LF", "CR only"],
+)
+def test_a_reply_whose_lines_also_end_with_a_lone_carriage_return_streams_to_its_plan(
+    text: str,
+) -> None:
+    for chunks in ([text], text.splitlines(keepends=True), list(text)):
+        check_against_parse_plan(text, chunks, "auto")
 
 
 @needs_corpus
