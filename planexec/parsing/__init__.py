@@ -112,6 +112,7 @@ def detect_dialect(text: str) -> str:
     Returns:
         ``"hashstep"``, ``"rewoo"``, ``"llmcompiler"`` or ``"json"``.
     """
+    text = text.removeprefix("\ufeff")  # the encoding's mark, as `clean_reply` drops it
     if looks_like_json_plan(text):
         return "json"
     rewoo = len(_REWOO_RE.findall(text)) * 3

@@ -425,7 +425,8 @@ def clean_reply(text: str) -> tuple[list[tuple[int, str]], list[Diagnostic]]:
         what was removed.
     """
     diags: list[Diagnostic] = []
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    # A byte order mark is the encoding's, not the reply's: it would hide line 1's field.
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     raw = text.split("\n")
     start_line = 0
     start_col = 0

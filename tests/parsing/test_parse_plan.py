@@ -52,6 +52,18 @@ def test_parse_plan_reads_every_dialect(text: str, dialect: str) -> None:
     assert plan.steps
 
 
+@pytest.mark.parametrize(
+    "text",
+    [HASHSTEP, REWOO, LLMC, "1. search(q='x')", '{"steps": [{"tool": "sites", "args": {}}]}'],
+)
+def test_a_reply_starting_with_a_byte_order_mark_is_the_same_plan(text: str) -> None:
+    plain, marked = parse_plan(text), parse_plan("\ufeff" + text)
+    assert (marked.dialect, marked.steps) == (plain.dialect, plain.steps)
+    assert [(d.code, d.step, d.line) for d in marked.diagnostics] == [
+        (d.code, d.step, d.line) for d in plain.diagnostics
+    ]
+
+
 def test_an_explicit_dialect_is_obeyed() -> None:
     with pytest.raises(PlanParseError):
         parse_plan(LLMC, dialect="hashstep")
