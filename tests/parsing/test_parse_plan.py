@@ -64,6 +64,19 @@ def test_a_reply_starting_with_a_byte_order_mark_is_the_same_plan(text: str) -> 
     ]
 
 
+@pytest.mark.parametrize("item", ["1. ", "1) ", "12. ", "> 3. "])
+def test_a_hashstep_plan_written_as_a_numbered_list_is_not_read_as_the_json_in_it(
+    item: str,
+) -> None:
+    text = (
+        "#Task1: List the sites.\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
+        '#ExpectedOutput1: the site names (e.g., ["SiteA", "SiteB"])\n'
+    ).replace("#", item + "#")
+    assert detect_dialect(text) == "hashstep"
+    plan = parse_plan(text)
+    assert [(s.id, s.tool) for s in plan.steps] == [(1, "sites")]
+
+
 def test_an_explicit_dialect_is_obeyed() -> None:
     with pytest.raises(PlanParseError):
         parse_plan(LLMC, dialect="hashstep")
