@@ -79,11 +79,11 @@ DIALECTS = ("hashstep", "rewoo", "llmcompiler", "json")
 # start such a repetition would otherwise scan the rest of the reply ("```\n" * 8000),
 # which is quadratic.
 # A field line may open with what the hashstep parser's field pattern takes before a key:
-# a blockquote, a bullet or a list number ("1. #Task1:").
+# a blockquote, a bullet or a list number ("1. #Task1:"), bold or code ("`#Task1`:").
 _HASHSTEP_RE = re.compile(
-    r"^(?:[^\S\n]|[>*+\-\u2022#]|\d{1,3}[.)])*(?:\*\*|__)?[^\S\n]*#[^\S\n]?"
+    r"^(?:[^\S\n]|[>*+\-\u2022#]|\d{1,3}[.)])*(?:\*\*|__|`)?[^\S\n]*#[^\S\n]?"
     r"(?:task|step|tool|args|agent|dependency)"
-    r"\s*(?:<[^<>:\n]{0,8}>|\d{1,9})?\s*(?:\*\*|__)?\s*:",
+    r"\s*(?:<[^<>:\n]{0,8}>|\d{1,9})?\s*(?:\*\*|__|`)?\s*:",
     re.IGNORECASE | re.MULTILINE,
 )
 _REWOO_RE = re.compile(r"#E\d+\s*=\s*[A-Za-z_][\w.\-]*\s*\[", re.MULTILINE)

@@ -64,14 +64,14 @@ def test_a_reply_starting_with_a_byte_order_mark_is_the_same_plan(text: str) -> 
     ]
 
 
-@pytest.mark.parametrize("item", ["1. ", "1) ", "12. ", "> 3. "])
-def test_a_hashstep_plan_written_as_a_numbered_list_is_not_read_as_the_json_in_it(
-    item: str,
+@pytest.mark.parametrize("key", ["1. {}", "1) {}", "12. {}", "> 3. {}", "`{}`", "- `{}`"])
+def test_a_hashstep_plan_with_numbered_or_code_keys_is_not_read_as_the_json_in_it(
+    key: str,
 ) -> None:
-    text = (
-        "#Task1: List the sites.\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n"
-        '#ExpectedOutput1: the site names (e.g., ["SiteA", "SiteB"])\n'
-    ).replace("#", item + "#")
+    fields = [("#Task1", "List the sites."), ("#Tool1", "sites"), ("#Args1", "{}"),
+              ("#Dependency1", "None"),
+              ("#ExpectedOutput1", 'the site names (e.g., ["SiteA", "SiteB"])')]
+    text = "".join(f"{key.format(k)}: {v}\n" for k, v in fields)
     assert detect_dialect(text) == "hashstep"
     plan = parse_plan(text)
     assert [(s.id, s.tool) for s in plan.steps] == [(1, "sites")]
