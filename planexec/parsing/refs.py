@@ -152,6 +152,13 @@ _PATH_ELEM_RE = re.compile(
 )
 
 _LOOSE_DOUBLE_RE = re.compile(r"\{\{\s*[^\W\d][^{}\n]{0,200}\}\}")
+# Braces or angle brackets around words that name a step in a looser way than the
+# grammar reads (``{step-1}``, ``{step_ 2}``, ``{#S1}``, ``<Task-3 output>``); no quotes
+# inside, so JSON text is not one.
+_LOOSE_STEP = (
+    r"[^{}<>\"'\n]{0,200}?(?<![A-Za-z])(?:step|task|#s)[\s_#\-]{0,2}\d[^{}<>\"'\n]{0,200}?"
+)
+_LOOSE_STEP_RE = re.compile(r"\{" + _LOOSE_STEP + r"\}|<" + _LOOSE_STEP + ">", re.IGNORECASE)
 _LOOSE_SINGLE_RE = re.compile(
     r"\{\s*[^\W\d][\w.]*(?:\([^{}\n]{0,200}\)[\w.]*)?(?:\[[^{}\n\]]{0,100}\][\w.]*)*\s*\}"
 )
@@ -800,7 +807,7 @@ def _string_has_placeholder(text: str, dialect: str | None) -> bool:
         return True
     if "{" in text and (_LOOSE_DOUBLE_RE.search(text) or _LOOSE_SINGLE_RE.search(text)):
         return True
-    return False
+    return _LOOSE_STEP_RE.search(text) is not None
 
 
 def contains_placeholder(value: Any, *, dialect: str | None = None) -> bool:
@@ -815,6 +822,8 @@ def contains_placeholder(value: Any, *, dialect: str | None = None) -> bool:
     - brace placeholders without a step number: ``{{anything}}`` and ``{name}``,
       ``{a.b}``, ``{current_date_time()}`` (an identifier, dotted name or call inside
       single braces);
+    - braces or angle brackets around words naming a step loosely, also inside longer
+      text: ``{step-1}``, ``{step_ 2}``, ``{#S1}``, ``<Task-3 output>``;
     - ``#EN`` only when ``dialect="rewoo"`` and ``$N``/``${N}`` only when
       ``dialect="llmcompiler"``: elsewhere they are ordinary text (``$5`` is a price,
       ``#E1`` may be an issue number).

@@ -572,6 +572,19 @@ def test_arguments_below_empty_args_that_are_not_json_are_an_error_never_no_argu
     assert "ARGS_NONE" not in codes(plan)
 
 
+@pytest.mark.parametrize("written", ["{step-1}", "{step_ 1}", "{#S1}", "{{#S1}}", "<#S1>"])
+def test_a_step_named_loosely_in_brackets_inside_text_is_never_plain_text_silently(
+    written: str,
+) -> None:
+    plan = parse_hashstep(
+        "#Task1: a\n#Tool1: sites\n#Args1: {}\n#Dependency1: None\n\n"
+        f'#Task2: b\n#Tool2: assets\n#Args2: {{"q": "sites of {written} only"}}\n'
+        "#Dependency2: #S1\n"
+    )
+    q = plan.step(2).args["q"]
+    assert not isinstance(q, str) or "PLACEHOLDER_UNRECOGNIZED" in codes(plan)
+
+
 def test_a_fence_closing_the_plan_after_empty_args_is_not_read_as_arguments() -> None:
     plan = parse_hashstep("```\n#Task1: a\n#Tool1: sites\n#Args1:\n```\nThat is the plan.\n")
     assert plan.steps[0].args == {} and "ARGS_NONE" in codes(plan)

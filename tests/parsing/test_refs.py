@@ -291,6 +291,13 @@ def test_iter_ref_spans_gives_offsets() -> None:
         "{site_name}",
         "{{ anything }}",
         "prefix {step_2.items[0]} suffix",
+        "prefix {step-2} suffix",
+        "prefix {step_ 2} suffix",
+        "prefix {step_-1} suffix",
+        "see {#S1} here",
+        "see {{ #S1 }} here",
+        "see <#S1> here",
+        "see {Task-3 output} here",
         {"a": ["x", {"b": "<step_9>"}]},
         Ref(step=1),
         Template(("x", Ref(step=1))),
@@ -302,7 +309,8 @@ def test_contains_placeholder_flags_anything_that_looks_like_a_reference(value: 
 
 @pytest.mark.parametrize(
     "value",
-    ["MAIN", '{"a": 1}', "$5", "#E1", "x < 5 and y > 3", 42, None, {"a": [1, "b"]}, "{1, 2}"],
+    ["MAIN", '{"a": 1}', "$5", "#E1", "x < 5 and y > 3", 42, None, {"a": [1, "b"]}, "{1, 2}",
+     "task 1 is done", "step-by-step", '{"note": "see step-2"}'],
 )
 def test_contains_placeholder_ignores_plain_values(value: Any) -> None:
     assert not contains_placeholder(value)
