@@ -115,6 +115,8 @@ def detect_dialect(text: str) -> str:
         ``"hashstep"``, ``"rewoo"``, ``"llmcompiler"`` or ``"json"``.
     """
     text = text.removeprefix("\ufeff")  # the encoding's mark, as `clean_reply` drops it
+    if "\r" in text:  # a lone CR ends a line for every parser (`clean_reply`), and for ^ here
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if looks_like_json_plan(text):
         return "json"
     rewoo = len(_REWOO_RE.findall(text)) * 3

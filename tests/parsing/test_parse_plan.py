@@ -77,6 +77,15 @@ def test_a_hashstep_plan_with_numbered_or_code_keys_is_not_read_as_the_json_in_i
     assert [(s.id, s.tool) for s in plan.steps] == [(1, "sites")]
 
 
+@pytest.mark.parametrize("newline", ["\r", "\r\n"])
+@pytest.mark.parametrize("text", [HASHSTEP, REWOO, LLMC])
+def test_the_dialect_after_prose_does_not_depend_on_the_line_endings(
+    text: str, newline: str
+) -> None:
+    text = 'Here is the plan (sites: ["MAIN", "EAST"]):\n' + text
+    assert detect_dialect(text.replace("\n", newline)) == detect_dialect(text) != "json"
+
+
 def test_an_explicit_dialect_is_obeyed() -> None:
     with pytest.raises(PlanParseError):
         parse_plan(LLMC, dialect="hashstep")
