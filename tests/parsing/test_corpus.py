@@ -7,7 +7,11 @@ steps have valid args, and the set of diagnostic codes.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -244,3 +248,96 @@ def test_cut_or_spliced_corpus_texts_raise_nothing_but_plan_parse_error(
     except PlanParseError:
         return
     assert plan.steps
+
+
+# -- the same plans written differently: no argument lost, no reference left as text -------
+#
+# The oracle reads each plan of the corpus whose blocks are simple (one ``#ArgsN`` per
+# ``#TaskN``/``#StepN``, each a JSON object on its line) with `json.loads` alone; the
+# changes below are ones the parser claims to read (line endings, a byte order mark at
+# the start, markdown around keys, fences, arguments below their line or over several lines,
+# repairable JSON). Each step must then hold exactly the argument names the oracle read,
+# and a string the oracle sees holding ``{step_N}``/``<step_N>`` must not stay plain text,
+# unless an error on that step says the arguments cannot be used.
+
+_ORACLE_REF = re.compile(r"\{\{?\s*step_?\d+[^{}]*\}\}?|<\s*step_?\d+[^<>]*>", re.IGNORECASE)
+_ARGS_LINE = re.compile(r"^(#Args\d+:[ \t]*)(\{.*\})[ \t]*$", re.MULTILINE)
+
+
+def _oracle_args(text: str) -> dict[int, dict[str, Any]] | None:
+    tasks = re.findall(r"^#(?:Task|Step)(\d+):", text, re.MULTILINE)
+    found = re.findall(r"^#Args(\d+):[ \t]*(.*?)[ \t]*$", text, re.MULTILINE)
+    if not tasks or len(set(tasks)) != len(tasks) or sorted(n for n, _ in found) != sorted(tasks):
+        return None
+    out: dict[int, dict[str, Any]] = {}
+    for n, raw in found:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(value, dict):
+            return None
+        out[int(n)] = value
+    return out
+
+
+_SIMPLE = {p.name: a for p in FILES if (a := _oracle_args(p.read_text(encoding="utf-8")))}
+
+
+def _keys_prefixed(prefix: str) -> Callable[[str], str]:
+    return lambda t: re.sub(r"^#", lambda _: prefix + "#", t, flags=re.MULTILINE)
+
+
+_REWRITES: dict[str, Callable[[str], str]] = {
+    "crlf": lambda t: t.replace("\n", "\r\n"),
+    "cr": lambda t: t.replace("\n", "\r"),
+    "tab after the colon": lambda t: re.sub(r"^(#\w+?\d+):[ ]", "\\1:\t", t, flags=re.MULTILINE),
+    "bold keys": lambda t: re.sub(r"^(#\w+?\d+):", r"**\1:**", t, flags=re.MULTILINE),
+    "code keys": lambda t: re.sub(r"^(#\w+?\d+):", r"`\1`:", t, flags=re.MULTILINE),
+    "bullets": _keys_prefixed("- "),
+    "numbered": _keys_prefixed("1. "),
+    "blockquote": _keys_prefixed("> "),
+    "indented": _keys_prefixed("   "),
+    "space before the number": lambda t: re.sub(
+        r"^#(Task|Step|Agent|Tool|Args|Dependency|ExpectedOutput)(\d+):", r"#\1 \2:", t,
+        flags=re.MULTILINE,
+    ),
+    "fenced plan": lambda t: "Here is the plan:\n```\n" + t + "\n```\nDone.",
+    "args below": lambda t: _ARGS_LINE.sub(lambda m: m[1].rstrip() + "\n" + m[2], t),
+    "args fenced below": lambda t: _ARGS_LINE.sub(
+        lambda m: m[1].rstrip() + "\n```json\n" + m[2] + "\n```", t
+    ),
+    "args over lines": lambda t: _ARGS_LINE.sub(
+        lambda m: m[1] + m[2].replace('", "', '",\n  "'), t
+    ),
+    "args in backticks": lambda t: _ARGS_LINE.sub(lambda m: m[1] + "`" + m[2] + "`", t),
+    "trailing commas": lambda t: _ARGS_LINE.sub(
+        lambda m: m[1] + (m[2][:-1] + ",}" if m[2] != "{}" else m[2]), t
+    ),
+}
+
+
+@pytest.mark.skipif(not _SIMPLE, reason=f"no simple plans in the corpus at {CORPUS}")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(_SIMPLE)),
+    rewrites=st.lists(st.sampled_from(sorted(_REWRITES)), min_size=1, max_size=3, unique=True),
+    byte_order_mark=st.booleans(),
+)
+def test_a_simple_plan_written_differently_keeps_every_argument_and_reference(
+    name: str, rewrites: list[str], byte_order_mark: bool
+) -> None:
+    text = (CORPUS / name).read_text(encoding="utf-8")
+    for rewrite in rewrites:
+        text = _REWRITES[rewrite](text)
+    plan = parse_plan("\ufeff" + text if byte_order_mark else text)
+    assert set(_SIMPLE[name]) <= {s.id for s in plan.steps}
+    for sid, want in _SIMPLE[name].items():
+        step = plan.step(sid)
+        if any(d.step == sid and d.severity == "error" for d in plan.diagnostics):
+            assert not step.args_valid
+            continue
+        assert set(step.args) == set(want), (sid, step.args)
+        for key, value in want.items():
+            if isinstance(value, str) and _ORACLE_REF.search(value):
+                assert not isinstance(step.args[key], str), (sid, key, step.args[key])
