@@ -650,7 +650,11 @@ def _choose_draft(
 # ---------------------------------------------------------------------------
 
 
-def _pick_fields(block: _Block, sid: int, st: _State) -> dict[str, _Field]:
+def _pick_fields(block: _Block, sid: int, st: _State, conflicts: set[str]) -> dict[str, _Field]:
+    """The field of each kind: the first non-empty one.
+
+    ``conflicts`` gets each kind of ``#Tool``/``#Args`` written again with another value.
+    """
     chosen: dict[str, _Field] = {}
     mismatched: list[_Field] = []
     for fld in block.fields:
@@ -676,15 +680,22 @@ def _pick_fields(block: _Block, sid: int, st: _State) -> dict[str, _Field]:
                 )
             chosen[kind] = fld
             continue
-        same = prev.value == fld.value
+        same = "".join(prev.value.split()) == "".join(fld.value.split())
+        guess = not same and kind in ("tool", "args")  # which one is meant is not known
+        if guess:
+            conflicts.add(kind)
         st.add(
             fld.line,
-            Severity.WARNING,
+            Severity.ERROR if guess else Severity.WARNING,
             "DUPLICATE_FIELD",
             f"{_FIELD_LABEL[kind]} of step {sid} appears again on line {fld.line}"
             + (
                 " with the same value; ignored the repeat"
                 if same
+                else f" with another value {snippet(fld.value, 40)!r} than "
+                f"{snippet(prev.value, 40)!r} (line {prev.line}); which one is meant is not "
+                "known: the step must not run as written"
+                if guess
                 else f"; kept the first value {snippet(prev.value, 40)!r} (line {prev.line}),"
                 f" ignored {snippet(fld.value, 40)!r}"
             ),
@@ -1157,7 +1168,8 @@ def _nested_refs(value: Any, path: str) -> Iterable[tuple[str, Template, Ref]]:
 def _build_step(block: _Block, st: _State) -> Step | None:
     assert block.id is not None
     sid = block.id
-    fields = _pick_fields(block, sid, st)
+    conflicts: set[str] = set()
+    fields = _pick_fields(block, sid, st, conflicts)
     task_f = fields.get("task")
     task = task_f.value if task_f else ""
     server_f = fields.get("server")
@@ -1196,6 +1208,8 @@ def _build_step(block: _Block, st: _State) -> Step | None:
             call, (args, positional, valid, args_text), has_args=fields.get("args") is not None,
             truncated=block.truncated, sid=sid, st=st, deps=explicit,
         )
+    if conflicts:
+        valid = False  # the DUPLICATE_FIELD error says why
     expected_f = fields.get("expected")
     expected = expected_f.value if expected_f else None
     if block.truncated and valid:

@@ -234,6 +234,25 @@ def test_a_duplicated_field_keeps_the_first_value() -> None:
     assert dup.line == 3 and "kept the first value" in dup.message
 
 
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [("#Args1: {\"a\": 1}", "#Args1: {\"b\": 2}"), ("#Tool1: sites", "#Tool1: assets")],
+)
+def test_arguments_or_a_tool_written_twice_differently_are_an_error_never_a_guess(
+    first: str, again: str
+) -> None:
+    plan = parse_hashstep(f"#Task1: a\n#Tool1: sites\n{first}\n{again}\n#Dependency1: None\n"
+                          .replace("#Tool1: sites\n#Tool1", "#Tool1"))
+    assert not plan.steps[0].args_valid
+    assert diag(plan, "DUPLICATE_FIELD").severity is Severity.ERROR
+
+
+def test_arguments_written_twice_the_same_way_are_a_repeat() -> None:
+    plan = parse_hashstep('#Task1: a\n#Tool1: t\n#Args1: {"a": 1}\n#Args1: {"a":1}\n')
+    assert plan.steps[0].args == {"a": 1} and plan.steps[0].args_valid
+    assert diag(plan, "DUPLICATE_FIELD").severity is Severity.WARNING
+
+
 def test_an_identical_duplicate_is_reported_as_a_repeat() -> None:
     plan = parse_hashstep("#Task1: a\n#Agent1: X\n#Agent1: X\n")
     assert "same value" in diag(plan, "DUPLICATE_FIELD").message
