@@ -19,7 +19,9 @@ from planexec.parsing.refs import (
     HINTED_BY,
     MAX_STEP_DIGITS,
     NO_STEP,
+    contains_placeholder,
     find_malformed,
+    iter_ref_spans,
     parse_path,
     path_like_suffixes,
     ref_at,
@@ -37,6 +39,7 @@ __all__ = [
     "read_call_args",
     "describe_text",
     "has_literal",
+    "keys_with_refs",
     "walk_strings",
     "ToolCall",
     "ToolName",
@@ -523,6 +526,25 @@ def has_literal(*values: Any) -> bool:
         else:
             return True
     return False
+
+
+def keys_with_refs(value: Any, path: str) -> Iterable[tuple[str, str, bool]]:
+    """``(path, key, is_reference)`` for each dict key that looks like a placeholder.
+
+    Keys are never resolved: a reference there (``is_reference``) would reach the tool
+    as text, and a key the executor's check flags would stop the call.
+    """
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = str(k)
+            if iter_ref_spans(key):
+                yield path, key, True
+            elif contains_placeholder(key):
+                yield path, key, False
+            yield from keys_with_refs(v, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from keys_with_refs(v, f"{path}[{i}]")
 
 
 def walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:

@@ -66,6 +66,7 @@ from planexec.parsing._common import (
     ToolCall,
     clean_reply,
     has_literal,
+    keys_with_refs,
     read_call_args,
     read_tool,
     ref_malformed_message,
@@ -82,7 +83,6 @@ from planexec.parsing.refs import (
     find_refs,
     free_placeholders,
     free_step_mention,
-    iter_ref_spans,
     parse_ref,
     path_like_suffixes,
     step_number,
@@ -1020,7 +1020,7 @@ def _check_args(
         targets.append((p, f"positional[{i}]", shown))
     for target, loc, shown in targets:
         _check_target(target, loc, shown, line=line, sid=sid, st=st)
-    bad_keys = list(_keys_with_refs(value, "args"))
+    bad_keys = list(keys_with_refs(value, "args"))
     if bad_keys:
         where = "; ".join(f"{path} key {key!r}" for path, key, _ in bad_keys[:5])
         if any(is_ref for _, _, is_ref in bad_keys):
@@ -1120,21 +1120,6 @@ def _merge_inline(
                "run as written", sid)
     text = call.text if not has_args else f"{args_text or ''}\n#Tool({call.text})"
     return merged, pos, valid and i_valid and not conflicts, text
-
-
-def _keys_with_refs(value: Any, path: str) -> Iterable[tuple[str, str, bool]]:
-    """``(path, key, is_reference)`` for each dict key that looks like a placeholder."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            key = str(k)
-            if iter_ref_spans(key):
-                yield path, key, True
-            elif contains_placeholder(key):
-                yield path, key, False
-            yield from _keys_with_refs(v, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from _keys_with_refs(v, f"{path}[{i}]")
 
 
 _OPEN_PLACEHOLDER_RE = re.compile(r"(?:\{\{?|<|\[)\s*step_?\d+[^{}<>\[\]\n]*[.\[]?\s*$",

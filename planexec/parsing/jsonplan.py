@@ -58,6 +58,7 @@ from planexec.parsing._common import (
     Diagnostics,
     clean_reply,
     has_literal,
+    keys_with_refs,
     normalize_tool,
     walk_strings,
 )
@@ -627,6 +628,17 @@ def _args(value: Any, sid: int, rd: _Reader, deps: tuple[int, ...], tool: str | 
                     f"({snippet(args_text, 40)!r}), not a JSON object; bound as the single "
                     "positional argument (the tool's first parameter)", sid)
     for part, loc in checks:
+        for path, key, is_ref in keys_with_refs(part, loc):
+            if is_ref:
+                rd.warn("REF_IN_KEY", f"the args of step {sid} have a reference in a dict key "
+                        f"({path} key {key!r}); keys are never resolved, so the tool would "
+                        "get the placeholder as a key; the step must not run as written", sid,
+                        Severity.ERROR)
+                out.valid = False
+            else:
+                rd.warn("PLACEHOLDER_UNRECOGNIZED", f"the args of step {sid} have a "
+                        f"placeholder-looking dict key ({path} key {key!r}); the executor "
+                        "will refuse to pass it to a tool", sid)
         for path, s in walk_strings(part, loc):
             if contains_placeholder(s):
                 rd.warn("PLACEHOLDER_UNRECOGNIZED", f"{path} of step {sid} holds "

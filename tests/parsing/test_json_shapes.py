@@ -368,3 +368,20 @@ def test_the_catalog_decides_which_key_is_the_tool_whatever_its_name() -> None:
     assert [(s.tool, canon(s.args)) for s in plan.steps] == [("history", {"asset_id": "CH-6"})]
     key = next(d for d in plan.diagnostics if d.code == "JSON_TOOL_KEY")
     assert "'call'" in key.message
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "valid"),
+    [
+        ({"{step_1}": 1}, "REF_IN_KEY", False),
+        ({"filters": [{"<step_1.id>": "x"}]}, "REF_IN_KEY", False),
+        ({"{name}": 1}, "PLACEHOLDER_UNRECOGNIZED", True),
+    ],
+)
+def test_a_placeholder_in_a_json_plans_argument_key_is_reported_as_in_hashstep(
+    args: dict[str, Any], code: str, valid: bool
+) -> None:
+    plan = parse_plan(json.dumps([{"tool": "sites", "args": {}},
+                                  {"tool": "assets", "args": args}]))
+    assert code in {d.code for d in plan.diagnostics if d.step == 2}
+    assert plan.step(2).args_valid is valid
