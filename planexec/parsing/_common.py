@@ -183,6 +183,40 @@ class Diagnostics:
             self.add(line, Severity.WARNING, "REF_MALFORMED",
                      ref_malformed_message(where, excerpt, step), step)
 
+    def placeholders(
+        self, value: Any, *, dialect: str, location: str, line: int | None, step: int
+    ) -> bool:
+        """Report text no reference reads that the executor's check would refuse.
+
+        A string that looks like a placeholder is a ``PLACEHOLDER_UNRECOGNIZED`` warning,
+        a dict key holding a reference a ``REF_IN_KEY`` error (keys are never resolved)
+        and another placeholder-looking key a ``PLACEHOLDER_UNRECOGNIZED`` warning.
+
+        Returns:
+            False when the arguments must not be used (a reference in a key).
+        """
+        ok = True
+        for path, key, is_ref in keys_with_refs(value, location, dialect):
+            if is_ref:
+                ok = False
+                self.add(line, Severity.ERROR, "REF_IN_KEY",
+                         f"the arguments of step {step} have a reference in a dict key "
+                         f"({path} key {key!r}); keys are never resolved, so the tool would "
+                         "get the placeholder as a key; the step must not run as written",
+                         step)
+            else:
+                self.add(line, Severity.WARNING, "PLACEHOLDER_UNRECOGNIZED",
+                         f"the arguments of step {step} have a placeholder-looking dict key "
+                         f"({path} key {key!r}); the executor will refuse to pass it to a "
+                         "tool", step)
+        for path, text in walk_strings(value, location):
+            if contains_placeholder(text, dialect=dialect):
+                self.add(line, Severity.WARNING, "PLACEHOLDER_UNRECOGNIZED",
+                         f"{path} of step {step} holds {snippet(text, 40)!r}, which looks "
+                         "like a placeholder but is no reference the grammar reads; the "
+                         "executor will refuse to pass it to a tool", step)
+        return ok
+
     def sorted(self) -> tuple[Diagnostic, ...]:
         """The diagnostics in line order (stable)."""
         return tuple(sorted(self.items, key=lambda d: d.line if d.line is not None else 0))
@@ -528,7 +562,9 @@ def has_literal(*values: Any) -> bool:
     return False
 
 
-def keys_with_refs(value: Any, path: str) -> Iterable[tuple[str, str, bool]]:
+def keys_with_refs(
+    value: Any, path: str, dialect: str = "hashstep"
+) -> Iterable[tuple[str, str, bool]]:
     """``(path, key, is_reference)`` for each dict key that looks like a placeholder.
 
     Keys are never resolved: a reference there (``is_reference``) would reach the tool
@@ -537,14 +573,14 @@ def keys_with_refs(value: Any, path: str) -> Iterable[tuple[str, str, bool]]:
     if isinstance(value, dict):
         for k, v in value.items():
             key = str(k)
-            if iter_ref_spans(key):
+            if iter_ref_spans(key, dialect):
                 yield path, key, True
-            elif contains_placeholder(key):
+            elif contains_placeholder(key, dialect=dialect):
                 yield path, key, False
-            yield from keys_with_refs(v, f"{path}.{key}")
+            yield from keys_with_refs(v, f"{path}.{key}", dialect)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            yield from keys_with_refs(v, f"{path}[{i}]")
+            yield from keys_with_refs(v, f"{path}[{i}]", dialect)
 
 
 def walk_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:

@@ -252,6 +252,11 @@ class _Parser:
                                   location="positional", line=first, step=sid)
         self.diags.malformed_refs(args, dialect="llmcompiler", location="args",
                                   line=first, step=sid)
+        for i, v in enumerate(pos_values):
+            valid &= self.diags.placeholders(v, dialect="llmcompiler",
+                                             location=f"positional[{i}]", line=first, step=sid)
+        valid &= self.diags.placeholders(args, dialect="llmcompiler", location="args",
+                                         line=first, step=sid)
         deps = (
             {r.step for r in iter_refs(args)} | {r.step for r in iter_refs(list(pos_values))}
         ) - {NO_STEP}

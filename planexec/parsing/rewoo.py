@@ -279,6 +279,8 @@ class _Parser:
         self.diags.ref_suffixes(value, line=first, step=sid)
         self.diags.malformed_refs(value, dialect="rewoo", location="positional[0]",
                                   line=first, step=sid)
+        valid &= self.diags.placeholders(value, dialect="rewoo", location="positional[0]",
+                                         line=first, step=sid)
         deps = tuple(sorted({r.step for r in iter_refs(value)} - {NO_STEP}))
         self.steps.append(
             Step(

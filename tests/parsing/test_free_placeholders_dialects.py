@@ -56,3 +56,23 @@ def test_a_placeholder_with_no_step_to_refer_to_is_a_missing_reference(
     assert isinstance(ref, Ref) and ref.step == NO_STEP
     assert NO_STEP not in plan.step(3).depends_on
     assert any(d.code == "REF_MISSING" and d.step == 3 for d in plan.errors)
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect", "code", "valid"),
+    [
+        ('1. sites()\n2. search(q="pre {name} post")\n3. join()', "llmcompiler",
+         "PLACEHOLDER_UNRECOGNIZED", True),
+        ('1. sites()\n2. search(q="see {step-1} here")\n3. join()', "llmcompiler",
+         "PLACEHOLDER_UNRECOGNIZED", True),
+        ('1. sites()\n2. search({"$1": 1})\n3. join()', "llmcompiler", "REF_IN_KEY", False),
+        ("Plan: a\n#E1 = Google[x]\nPlan: b\n#E2 = LLM[given {name} here]", "rewoo",
+         "PLACEHOLDER_UNRECOGNIZED", True),
+    ],
+)
+def test_a_placeholder_no_reference_reads_is_reported_in_every_dialect(
+    text: str, dialect: str, code: str, valid: bool
+) -> None:
+    plan = parse_plan(text, dialect)
+    assert code in {d.code for d in plan.diagnostics if d.step == 2}
+    assert plan.step(2).args_valid is valid
