@@ -268,3 +268,69 @@ async def test_a_recorded_edit_holding_a_rewoo_reference_is_refused() -> None:
                           catalog=ToolCatalog(list(tools.values())))
     assert info.value.problems
     assert calls(tools["retire"]) == []
+
+
+# -- a decision names its tool's server too ----------------------------------------------------
+
+
+async def test_an_approval_of_one_servers_tool_never_lets_the_same_name_on_another_run() -> None:
+    """Approve ``bank_a.pay``; on resume the selector picks ``bank_b.pay``, same arguments.
+
+    Two servers may offer a tool of one name; the decision was made for one of them.
+    """
+    pay_a = on("bank_a", fake_tool("pay", {"paid": "a"}, args={"amount": int, "to": str}),
+               destructive=True)
+    pay_b = on("bank_b", fake_tool("pay", {"paid": "b"}, args={"amount": int, "to": str}),
+               destructive=True)
+    store = MemoryRunStore()
+    selector = Selector([
+        {"tool": "bank_a.pay", "args": {"amount": 5, "to": "bob"}},
+        {"tool": "bank_b.pay", "args": {"amount": 5, "to": "bob"}},
+    ])
+    agent = selecting_agent(FunctionModel(function=selector), {"a": pay_a, "b": pay_b}, store)
+    plan = "#Task1: pay bob 5\n#Agent1: payments\n#Dependency1: None\n"
+    run = await asyncio.wait_for(agent.execute_plan(plan, run_id="r8"), BOUND)
+    assert run.status is RunStatus.WAITING_APPROVAL
+    [request] = waiting_steps(store, "r8")
+    assert (request.server, request.tool) == ("bank_a", "pay")
+    await decide_step(store, "r8", 1, ApprovalDecision.approve(by="ann"))
+
+    resumed = await asyncio.wait_for(resume_run(agent, store, "r8"), BOUND)
+    assert calls(pay_b) == []  # approved on bank_a: never on bank_b
+    assert calls(pay_a) == []
+    assert resumed.status is RunStatus.WAITING_APPROVAL  # the step asks again
+    [again] = waiting_steps(store, "r8")
+    assert (again.server, again.tool) == ("bank_b", "pay")
+
+
+# -- a decision allows one call: no retry of a tool that is not safe ---------------------------
+
+
+async def test_an_approved_call_of_a_tool_that_is_not_safe_is_made_once_even_with_retry_unsafe(
+) -> None:
+    """``executor.retry_unsafe`` retried an approved call of a tool of unknown safety.
+
+    One decision, two calls: the first failed (transiently), the retry ran on the same
+    claim. The retry of a call that is not safe to repeat needs its own decision.
+    """
+    transfer = fake_tool("transfer", {"ok": True}, args={"amount": int},
+                         error="503 try again", fail_times=1)
+    asked: list[ApprovalRequest] = []
+
+    async def approver(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision.approve(by="ann")
+
+    cfg = AgentConfig.model_validate({
+        "approval": {"enabled": True, "require": ["unknown"]},
+        "recovery": {"max_replans": 0},
+        "executor": {"retry_unsafe": True,
+                     "tool_retry": {"base_delay": 0, "max_delay": 0, "jitter": 0}},
+    })
+    agent = PlanExecuteAgent(None, [transfer], approver=approver, config=cfg)
+    plan = ("#Task1: transfer 5\n#Tool1: transfer\n#Args1: {\"amount\": 5}\n"
+            "#Dependency1: None\n")
+    run = await asyncio.wait_for(agent.execute_plan(plan), BOUND)
+    assert len(calls(transfer)) == len(asked) == 1  # one decision, one call
+    [result] = run.results
+    assert result.status is StepStatus.FAILED

@@ -133,6 +133,9 @@ async def _make_call(
             not_retried = " (not retried: the tool is not marked read-only or idempotent)"
             if spec.hints.destructive:
                 not_retried = " (not retried: the tool is destructive)"
+        elif ctx.attempts == 1 and ctx.approved and not spec.hints.safe:
+            not_retried = (" (not retried: its approval allowed one call, and the tool is "
+                           "not marked read-only or idempotent)")
         message = f"{failed.message}{tries}{not_retried}"
         raise StepFailed(
             StepStatus.FAILED,
@@ -413,7 +416,8 @@ async def attempt(
     # version, step, tool and argument digest, once, under the run's lease — in the
     # same store transaction that records the call's start (`Approvals.claim`). A
     # refused claim: the tool is not called, the step waits for a decision. (Later
-    # attempts of a safe tool are retries of the one claimed call.)
+    # attempts of a safe tool are retries of the one claimed call; an approved call of
+    # a tool that is not safe is never retried, `attempts`, even with retry_unsafe.)
     claim = ctx.approved and ctx.attempts == 1 and run.approvals is not None
     if bus.listening or claim:
         start = ToolCallStarted.of(
@@ -428,7 +432,8 @@ async def attempt(
         if claim:
             assert run.approvals is not None
             try:
-                run.approvals.claim(step.id, run.plan_version, spec.name, args, start)
+                run.approvals.claim(step.id, run.plan_version, spec.name, args, start,
+                                    server=spec.server)
             except DecisionClaimError as exc:
                 breaker.release()
                 ctx.attempts -= 1
@@ -526,6 +531,8 @@ async def attempts(
 
     def retry_if(exc: BaseException) -> bool:
         if not isinstance(exc, AttemptFailed) or not exc.retry:
+            return False
+        if ctx.approved and not spec.hints.safe:  # its decision allowed one call (`attempt`)
             return False
         if exc.kind is ErrorKind.EMPTY_OUTPUT:
             if run.config.empty_output == "warn":
