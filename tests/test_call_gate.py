@@ -334,3 +334,49 @@ async def test_an_approved_call_of_a_tool_that_is_not_safe_is_made_once_even_wit
     assert len(calls(transfer)) == len(asked) == 1  # one decision, one call
     [result] = run.results
     assert result.status is StepStatus.FAILED
+
+
+# -- a callback's approval is recorded with the run ------------------------------------------
+
+
+class Killed(BaseException):
+    """The process dies (nothing of ours catches it)."""
+
+
+async def test_a_run_killed_before_asking_resumes_from_its_record_still_needing_a_decision(
+    tmp_path: Any,
+) -> None:
+    """An approver callback turns approval on; the recorded config said it was off.
+
+    Killed before its destructive step asked, the run was resumed (as ``planexec runs
+    resume`` does: an agent built from the recorded config, no callback) and the
+    destructive tool ran without any decision.
+    """
+    from planexec.store import SQLiteRunStore
+
+    alive = [False]
+
+    def read() -> list[str]:
+        if not alive[0]:
+            raise Killed
+        return ["MAIN"]
+
+    tools = {"read": fake_tool("read", function=read, hints=READ),
+             "wipe": fake_tool("wipe", "wiped", args={"site": str}, hints=DESTRUCTIVE)}
+    plan = block(1, "read", "{}") + block(2, "wipe", '{"site": "MAIN"}', "#S1")
+
+    async def later(request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision.defer("ask ops")
+
+    store = SQLiteRunStore(tmp_path / "runs.db")
+    first = PlanExecuteAgent(None, list(tools.values()), approver=later, store=store)
+    with pytest.raises(Killed):
+        await asyncio.wait_for(first.execute_plan(plan, run_id="r9"), BOUND)
+    alive[0] = True
+    recorded = AgentConfig.model_validate(store.get_run("r9").config)
+    second = PlanExecuteAgent(None, list(tools.values()), config=recorded, store=store)
+    resumed = await asyncio.wait_for(resume_run(second, store, "r9", allow_running=True), BOUND)
+    assert calls(tools["wipe"]) == []
+    assert resumed.status is RunStatus.WAITING_APPROVAL
+    assert [r.tool for r in waiting_steps(store, "r9")] == ["wipe"]
+    store.close()
