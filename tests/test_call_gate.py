@@ -380,3 +380,29 @@ async def test_a_run_killed_before_asking_resumes_from_its_record_still_needing_
     assert resumed.status is RunStatus.WAITING_APPROVAL
     assert [r.tool for r in waiting_steps(store, "r9")] == ["wipe"]
     store.close()
+
+
+# -- a decision lands only on the request the person saw ---------------------------------------
+
+
+async def test_a_decision_about_a_request_the_step_replaced_is_not_recorded() -> None:
+    """Ann saw step 1 ask to ``pay``; before she answered, a resume re-asked it as
+    ``close_account``. Her approval (of what she saw) must not approve the new call."""
+    tools = bank()
+    store = MemoryRunStore()
+    selector = Selector([
+        {"tool": "pay", "args": {"amount": 5, "to": "bob"}},
+        {"tool": "close_account", "args": {"to": "bob"}},
+    ])
+    agent = selecting_agent(FunctionModel(function=selector), tools, store)
+    await asyncio.wait_for(agent.execute_plan(AGENT_ONLY, run_id="r10"), BOUND)
+    [shown] = waiting_steps(store, "r10")  # what ann looks at: pay 5 to bob
+    await asyncio.wait_for(resume_run(agent, store, "r10"), BOUND)  # re-asked meanwhile
+    with pytest.raises(ApprovalError):
+        await decide_step(store, "r10", 1, ApprovalDecision.approve(by="ann"), seen=shown)
+    [now] = waiting_steps(store, "r10")  # nothing recorded: still waiting
+    assert now.tool == "close_account"
+    assert await decide_step(store, "r10", 1, ApprovalDecision.reject("no", by="ann"),
+                             seen=now) is not None  # what she saw now: recorded
+    assert waiting_steps(store, "r10") == []
+    assert calls(tools["close_account"]) == [] and calls(tools["pay"]) == []
