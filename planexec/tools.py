@@ -63,6 +63,7 @@ import planexec._fastpaths as _fastpaths
 from planexec._frozen import cached
 from planexec._loading import load_object
 from planexec._log import logger
+from planexec._text import as_text
 from planexec.errors import AmbiguousToolError, ToolCallError, ToolLoadError, ToolOutputError
 from planexec.results import MAX_JSON_DEPTH, encode_json, plain_json_size
 
@@ -1196,13 +1197,45 @@ def _as_text(value: Any) -> str:
         return repr(value)
 
 
-def error_payload(output: Any, keys: Sequence[str] = ("error",)) -> str | None:
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _raw_error(raw: Any) -> str | None:
+    """The message of a raw output that is itself marked as an error, if it is one.
+
+    A `ToolMessage` whose ``status`` is ``"error"`` (langchain's own error marker, which
+    `normalize_output` would turn into its content), or an MCP-style result object whose
+    ``isError``/``is_error`` attribute is true.
+    """
+    if type(raw) in _PLAIN_TYPES:  # plain data has no such attribute
+        return None
+    if isinstance(raw, ToolMessage):
+        if raw.status != "error":
+            return None
+        text = _text_blocks(raw.content)
+        message = text if text is not None else as_text(raw.content)
+        return message or "the tool returned a ToolMessage with status 'error'"
+    for attr in ("isError", "is_error"):
+        if getattr(raw, attr, None) is True:
+            content = getattr(raw, "content", None)
+            return as_text(content) if content else f"the tool reported {attr}=true"
+    return None
+
+
+def error_payload(
+    output: Any, keys: Sequence[str] = ("error",), *, raw: Any = None
+) -> str | None:
     """The error message an output carries, or None if it carries none.
 
     An output carries an error when it is a dict (or pydantic model) with a truthy
     value under one of ``keys``, or an MCP-style result with ``isError``/``is_error``
-    true (its text content is the message).
+    true (its text content is the message). ``raw`` is what the tool returned, before
+    `normalize_output`: a `ToolMessage` with ``status="error"`` or a result object
+    flagged ``isError`` carries its error there (normalizing keeps only its content).
     """
+    flagged = _raw_error(raw)
+    if flagged is not None:
+        return flagged
     data: Any = output
     if type(output) is not dict:  # the common case needs none of these checks
         if isinstance(output, BaseModel):

@@ -1,0 +1,89 @@
+"""Adversarial audit of the promise: no argument dropped, guessed or passed through silently.
+
+Each test reproduces a path where, before its fix, a tool's failure counted as a success or
+an argument reached a tool other than as the plan wrote it. Oracles: the fake tools' own
+call logs (what each tool really received) and the typed fields of the step results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+
+from planexec.errors import ErrorKind
+from planexec.executor import Executor
+from planexec.plan import Plan, Ref, Step
+from planexec.results import StepResult, StepStatus
+from planexec.testing import fake_tool
+from planexec.tools import ToolCatalog, ToolSpec, invoke_tool
+
+BOUND = 20.0  # seconds: a bound on waits, never asserted on
+
+
+class AinvokeRunner:
+    """A runner that always goes through langchain's ainvoke (never the direct path)."""
+
+    async def call(self, spec: ToolSpec, args: dict[str, Any]) -> Any:
+        return await invoke_tool(spec, args, direct=False)
+
+
+def calls(tool: BaseTool) -> list[dict[str, Any]]:
+    return [dict(c) for c in tool.metadata["calls"].calls]  # type: ignore[index]
+
+
+async def run(tools: list[BaseTool], *steps: Step, **kwargs: Any) -> dict[int, StepResult]:
+    executor = Executor(ToolCatalog(tools), **kwargs)
+    results = await asyncio.wait_for(executor.run(Plan(steps=steps)), BOUND)
+    return {r.step_id: r for r in results}
+
+
+# -- a tool's own error marker is a failure --------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", [None, AinvokeRunner()], ids=["direct", "ainvoke"])
+async def test_a_tool_message_with_error_status_is_a_tool_error_and_blocks_its_dependents(
+    runner: AinvokeRunner | None,
+) -> None:
+    """langchain's own error marker (``ToolMessage(status="error")``) is never an output."""
+    failed = ToolMessage(content="no such site: EAST", status="error", tool_call_id="c1")
+    sites = fake_tool("sites", failed, args={"site": str})
+    after = fake_tool("after", "ok", args={"v": Any})
+    res = await run(
+        [sites, after],
+        Step(id=1, tool="sites", args={"site": "EAST"}),
+        Step(id=2, tool="after", args={"v": Ref(1)}, depends_on=(1,)),
+        runner=runner,
+    )
+    assert res[1].status is StepStatus.FAILED
+    assert res[1].error_kind is ErrorKind.TOOL_ERROR
+    assert res[1].failure is not None and res[1].failure.cause == "no such site: EAST"
+    assert res[2].status is StepStatus.BLOCKED and calls(after) == []
+
+
+@pytest.mark.parametrize("runner", [None, AinvokeRunner()], ids=["direct", "ainvoke"])
+async def test_a_tool_message_with_success_status_is_still_an_output(
+    runner: AinvokeRunner | None,
+) -> None:
+    fine = ToolMessage(content="MAIN", status="success", tool_call_id="c1")
+    res = await run([fake_tool("sites", fine)], Step(id=1, tool="sites"), runner=runner)
+    assert res[1].status is StepStatus.SUCCEEDED and res[1].output == "MAIN"
+
+
+@pytest.mark.mcp
+async def test_planexec_as_an_mcp_server_reports_a_tool_message_error_as_is_error() -> None:
+    """The same marker on a tool planexec re-exposes is an ``isError`` result, not content."""
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    from planexec.mcp.server import build_server
+
+    failed = ToolMessage(content="no such site: EAST", status="error", tool_call_id="c1")
+    sites = fake_tool("sites", failed, args={"site": str})
+    async with Client(build_server([sites], expose_tools=True)) as client:
+        result = await asyncio.wait_for(client.call_tool("sites", {"site": "EAST"}), BOUND)
+    assert result.is_error
+    assert calls(sites) == [{"site": "EAST"}]
