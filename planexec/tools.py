@@ -246,8 +246,19 @@ class ToolSpec:
 
     @property
     def allows_extra_args(self) -> bool:
-        """Whether the schema accepts arguments it does not name."""
-        return self.args_schema.model_config.get("extra") == "allow"
+        """Whether the schema accepts arguments it does not name, and the call passes them.
+
+        langchain calls a tool whose own pydantic schema names no field with no
+        arguments at all (``BaseTool._to_args_and_kwargs``), whatever the schema's
+        ``extra``: arguments given to it would be dropped, so they are refused. A tool
+        that declares it passes the arguments given (`DIRECT_ARGUMENTS` ``"given"``,
+        planexec's MCP tools) gets them.
+        """
+        if self.args_schema.model_config.get("extra") != "allow":
+            return False
+        own = self.tool.args_schema
+        drops = isinstance(own, type) and issubclass(own, BaseModel) and not own.model_fields
+        return not drops or getattr(type(self.tool), DIRECT_ARGUMENTS, None) == "given"
 
     def signature(self) -> str:
         """A one-line signature, e.g. ``history(site_name: str, final: str?)``.
@@ -803,7 +814,7 @@ class DirectCall:
         Raises:
             pydantic.ValidationError: the arguments do not fit the schema.
         """
-        if not self.fields:
+        if not self.fields and not self.only_given:
             return {}  # langchain ignores the input of a tool without arguments
         model = validated if validated is not None else self.schema.model_validate(dict(args))
         given = model.model_fields_set
@@ -832,7 +843,8 @@ DIRECT_ARGUMENTS = "planexec_direct_arguments"
 """The class attribute by which a `StructuredTool` subclass says it may be called directly.
 
 Its value says which arguments its ``_parse_input`` passes to the function: ``"given"``,
-only those the call gave (validated), never a field's default. The subclass promises
+only those the call gave (validated), never a field's default, and those even when its
+schema names no field (langchain would pass none). The subclass promises
 that apart from that, calling it is calling a `StructuredTool` (planexec's MCP tools:
 `planexec.mcp.MCPTool`)."""
 

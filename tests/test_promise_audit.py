@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, ConfigDict
 
 from planexec.errors import ErrorKind
 from planexec.executor import Executor
@@ -87,3 +88,103 @@ async def test_planexec_as_an_mcp_server_reports_a_tool_message_error_as_is_erro
         result = await asyncio.wait_for(client.call_tool("sites", {"site": "EAST"}), BOUND)
     assert result.is_error
     assert calls(sites) == [{"site": "EAST"}]
+
+
+# -- arguments of a schema that names none -----------------------------------------------------
+
+
+class FakeSession:
+    """An MCP session that records the arguments each call sends to the server."""
+
+    name = "srv"
+    transport = "stdio"
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout: float | None = None, **_: Any
+    ) -> Any:
+        self.sent.append(dict(arguments))
+        return {"ok": True}
+
+
+OPEN_SCHEMAS = [
+    {"type": "object", "additionalProperties": True},
+    {"type": "object", "properties": {}, "additionalProperties": {"type": ["string", "integer"]}},
+]
+
+
+@pytest.mark.mcp
+@pytest.mark.parametrize("schema", OPEN_SCHEMAS, ids=["any-extra", "typed-extra"])
+@pytest.mark.parametrize("runner", [None, AinvokeRunner()], ids=["direct", "ainvoke"])
+async def test_an_mcp_tool_without_properties_gets_every_argument_the_plan_wrote(
+    schema: dict[str, Any], runner: AinvokeRunner | None
+) -> None:
+    """A server whose input schema names no property but allows others gets them all."""
+    pytest.importorskip("mcp")
+    import mcp_types
+
+    from planexec.mcp.client import mcp_tool_to_langchain
+
+    session = FakeSession()
+    tool = mcp_tool_to_langchain(session, mcp_types.Tool(name="query", input_schema=schema))
+    args = {"site": "MAIN", "limit": 3}
+    res = await run([tool], Step(id=1, tool="query", args=args), runner=runner)
+    assert res[1].status is StepStatus.SUCCEEDED
+    assert session.sent == [args]
+
+
+@pytest.mark.mcp
+@pytest.mark.parametrize("runner", [None, AinvokeRunner()], ids=["direct", "ainvoke"])
+async def test_an_mcp_tool_without_properties_still_holds_its_arguments_to_the_schema(
+    runner: AinvokeRunner | None,
+) -> None:
+    pytest.importorskip("mcp")
+    import mcp_types
+
+    from planexec.mcp.client import mcp_tool_to_langchain
+
+    session = FakeSession()
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+    tool = mcp_tool_to_langchain(session, mcp_types.Tool(name="query", input_schema=schema))
+    res = await run([tool], Step(id=1, tool="query", args={"site": "MAIN"}), runner=runner)
+    assert res[1].error_kind is ErrorKind.ARGS_INVALID
+    assert session.sent == []
+
+
+class OpenArgs(BaseModel):
+    """Names no argument, allows any: langchain calls such a tool with none."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def open_tool(received: list[dict[str, Any]]) -> BaseTool:
+    async def query(**kwargs: Any) -> str:
+        received.append(dict(kwargs))
+        return "ok"
+
+    return StructuredTool.from_function(
+        coroutine=query, name="query", description="Query.", args_schema=OpenArgs
+    )
+
+
+@pytest.mark.parametrize("runner", [None, AinvokeRunner()], ids=["direct", "ainvoke"])
+async def test_arguments_a_langchain_tool_would_drop_are_refused_not_dropped(
+    runner: AinvokeRunner | None,
+) -> None:
+    """langchain calls a tool whose schema names no field with no arguments at all."""
+    received: list[dict[str, Any]] = []
+    res = await run(
+        [open_tool(received)], Step(id=1, tool="query", args={"site": "MAIN"}), runner=runner
+    )
+    assert res[1].status is StepStatus.FAILED
+    assert res[1].error_kind is ErrorKind.ARGS_INVALID
+    assert res[1].failure is not None and res[1].failure.args == ("site",)
+    assert received == []
+
+
+async def test_a_langchain_tool_whose_schema_names_no_field_runs_without_arguments() -> None:
+    received: list[dict[str, Any]] = []
+    res = await run([open_tool(received)], Step(id=1, tool="query"))
+    assert res[1].status is StepStatus.SUCCEEDED and received == [{}]
