@@ -60,6 +60,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
+from pydantic.fields import FieldInfo
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 import planexec._fastpaths as _fastpaths
@@ -563,10 +564,22 @@ def _holds(value: Any, kinds: type | tuple[type, ...]) -> bool:
     return False
 
 
+def _field(schema: type[BaseModel], name: str) -> FieldInfo | None:
+    """The field of an args schema an argument name stands for.
+
+    Arguments are named as the schema shows them (`planexec.tools.ToolSpec.arg_names`):
+    a field with an alias by its alias (an MCP server's ``a-b`` is the model's ``f_a_b``).
+    """
+    for field_name, info in schema.model_fields.items():
+        if (info.alias or field_name) == name:
+            return info
+    return None
+
+
 @lru_cache(maxsize=1024)
 def _adapter(schema: type[BaseModel], name: str) -> TypeAdapter[Any] | None:
     """A lax validator for one field of an args schema (numbers may become strings)."""
-    info = schema.model_fields.get(name)
+    info = _field(schema, name)
     if info is None:
         return None
     annotation: Any = info.annotation

@@ -240,9 +240,13 @@ class ToolSpec:
 
     @cached
     def field_names(self) -> frozenset[str]:
-        """The names the args schema accepts (its fields and their aliases), computed once."""
-        fields = self.args_schema.model_fields
-        return frozenset(fields) | {f.alias for f in fields.values() if f.alias}
+        """The names the args schema accepts, computed once: `arg_names`.
+
+        A field with an alias is named by its alias only (the name its JSON schema
+        shows): its Python name (an MCP server's ``from`` is the model's ``f_from``) is
+        no name of the tool, and is refused rather than renamed.
+        """
+        return frozenset(self._names[0])
 
     @property
     def allows_extra_args(self) -> bool:

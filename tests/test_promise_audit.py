@@ -16,9 +16,10 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict
 
 from planexec.errors import ErrorKind
+from planexec.events import Event, EventBus, FallbackUsed
 from planexec.executor import Executor
 from planexec.plan import Plan, Ref, Step
-from planexec.results import StepResult, StepStatus
+from planexec.results import ResolutionMethod, StepResult, StepStatus
 from planexec.testing import fake_tool
 from planexec.tools import ToolCatalog, ToolSpec, invoke_tool
 
@@ -188,3 +189,57 @@ async def test_a_langchain_tool_whose_schema_names_no_field_runs_without_argumen
     received: list[dict[str, Any]] = []
     res = await run([open_tool(received)], Step(id=1, tool="query"))
     assert res[1].status is StepStatus.SUCCEEDED and received == [{}]
+
+
+# -- a server's argument names, as its schema shows them -----------------------------------------
+
+ALIASED = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer"},
+        "from": {"type": "string"},
+        "a-b": {"type": "integer"},
+    },
+    "required": ["n"],
+}
+
+
+def aliased_tool(session: FakeSession) -> BaseTool:
+    pytest.importorskip("mcp")
+    import mcp_types
+
+    from planexec.mcp.client import mcp_tool_to_langchain
+
+    return mcp_tool_to_langchain(session, mcp_types.Tool(name="echo", input_schema=ALIASED))
+
+
+@pytest.mark.mcp
+@pytest.mark.parametrize("python_name", ["f_from", "f_a_b"])
+async def test_a_plan_naming_the_models_python_name_is_refused_not_renamed(
+    python_name: str,
+) -> None:
+    """``f_from`` is planexec's own name for the server's ``from``: no schema shows it."""
+    session = FakeSession()
+    res = await run(
+        [aliased_tool(session)], Step(id=1, tool="echo", args={"n": 2, python_name: 1})
+    )
+    assert res[1].error_kind is ErrorKind.ARGS_INVALID
+    assert res[1].failure is not None and python_name in res[1].failure.args
+    assert session.sent == []
+
+
+@pytest.mark.mcp
+async def test_a_coercion_of_an_aliased_argument_is_announced_and_recorded() -> None:
+    """``"3"`` for the server's integer ``a-b`` is coerced like any argument: visibly."""
+    session = FakeSession()
+    events: list[Event] = []
+    res = await run(
+        [aliased_tool(session)],
+        Step(id=1, tool="echo", args={"n": 2, "a-b": "3"}),
+        bus=EventBus([events.append]),
+    )
+    assert res[1].status is StepStatus.SUCCEEDED
+    assert session.sent == [{"n": 2, "a-b": 3}]
+    assert res[1].args == {"n": 2, "a-b": 3}
+    assert res[1].resolution["a-b"] is ResolutionMethod.COERCED
+    assert [e.code for e in events if isinstance(e, FallbackUsed)] == ["ARG_COERCED"]
