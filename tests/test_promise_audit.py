@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from planexec.errors import ErrorKind
 from planexec.events import Event, EventBus, FallbackUsed
 from planexec.executor import Executor
+from planexec.parsing import parse_plan
 from planexec.plan import Plan, Ref, Step
 from planexec.results import ResolutionMethod, StepResult, StepStatus
 from planexec.testing import fake_tool
@@ -243,3 +244,41 @@ async def test_a_coercion_of_an_aliased_argument_is_announced_and_recorded() -> 
     assert res[1].args == {"n": 2, "a-b": 3}
     assert res[1].resolution["a-b"] is ResolutionMethod.COERCED
     assert [e.code for e in events if isinstance(e, FallbackUsed)] == ["ARG_COERCED"]
+
+
+# -- a rewoo input that names the tool's arguments ----------------------------------------------
+
+
+def assets_tool() -> BaseTool:
+    return fake_tool("assets", ["CH-6"], args={"site_name": str, "limit": (int, 10)})
+
+
+@pytest.mark.parametrize(
+    "written",
+    ['site_name="MAIN", limit=3', '{"site_name": "MAIN", "limit": 3}', "limit=3"],
+)
+async def test_an_input_naming_the_tools_arguments_is_refused_not_folded_into_the_first(
+    written: str,
+) -> None:
+    """``assets[site_name="MAIN", limit=3]``: ``limit`` would be dropped, ``site_name`` garbled."""
+    tool = assets_tool()
+    executor = Executor(ToolCatalog([tool]))
+    [result] = await asyncio.wait_for(
+        executor.run(parse_plan(f"Plan: list the assets\n#E1 = assets[{written}]\n")), BOUND
+    )
+    assert result.error_kind is ErrorKind.ARGS_INVALID
+    assert result.failure is not None and result.failure.literal_args == ("#1",)
+    assert calls(tool) == []
+
+
+@pytest.mark.parametrize("written", ["MAIN", "site = MAIN", "x=1", '{"site": "MAIN"}'])
+async def test_an_input_that_names_no_argument_of_the_tool_is_its_first_argument(
+    written: str,
+) -> None:
+    tool = assets_tool()
+    executor = Executor(ToolCatalog([tool]))
+    [result] = await asyncio.wait_for(
+        executor.run(parse_plan(f"Plan: list the assets\n#E1 = assets[{written}]\n")), BOUND
+    )
+    assert result.status is StepStatus.SUCCEEDED
+    assert calls(tool) == [{"site_name": written, "limit": 10}]
