@@ -248,6 +248,12 @@ class ToolSpec:
         """
         return frozenset(self._names[0])
 
+    @cached
+    def _python_names(self) -> frozenset[str]:
+        """The Python names of the fields that have an alias (no name of the tool's)."""
+        fields = self.args_schema.model_fields.items()
+        return frozenset(n for n, f in fields if f.alias and f.alias != n)
+
     @property
     def allows_extra_args(self) -> bool:
         """Whether the schema accepts arguments it does not name, and the call passes them.
@@ -299,7 +305,10 @@ class ToolSpec:
         """
         names = self.field_names
         unknown = [k for k in args if k not in names]
-        if unknown and not self.allows_extra_args:
+        if unknown and self.allows_extra_args:
+            # an extra argument is passed as given, never taken for an aliased field
+            unknown = [k for k in unknown if k in self._python_names]
+        if unknown:
             errors = [
                 InitErrorDetails(type="extra_forbidden", loc=(k,), input=args[k])
                 for k in unknown

@@ -205,24 +205,30 @@ ALIASED = {
 }
 
 
-def aliased_tool(session: FakeSession) -> BaseTool:
+def aliased_tool(session: FakeSession, schema: dict[str, Any] = ALIASED) -> BaseTool:
     pytest.importorskip("mcp")
     import mcp_types
 
     from planexec.mcp.client import mcp_tool_to_langchain
 
-    return mcp_tool_to_langchain(session, mcp_types.Tool(name="echo", input_schema=ALIASED))
+    return mcp_tool_to_langchain(session, mcp_types.Tool(name="echo", input_schema=schema))
 
 
 @pytest.mark.mcp
-@pytest.mark.parametrize("python_name", ["f_from", "f_a_b"])
+@pytest.mark.parametrize("extra", [False, True], ids=["closed", "additional-properties"])
+@pytest.mark.parametrize(("python_name", "value"), [("f_from", "there"), ("f_a_b", 3)])
 async def test_a_plan_naming_the_models_python_name_is_refused_not_renamed(
-    python_name: str,
+    python_name: str, value: Any, extra: bool
 ) -> None:
-    """``f_from`` is planexec's own name for the server's ``from``: no schema shows it."""
+    """``f_from`` is planexec's own name for the server's ``from``: no schema shows it.
+
+    Where the schema allows other arguments, it is not renamed ``from`` either.
+    """
     session = FakeSession()
+    schema = {**ALIASED, "additionalProperties": True} if extra else ALIASED
     res = await run(
-        [aliased_tool(session)], Step(id=1, tool="echo", args={"n": 2, python_name: 1})
+        [aliased_tool(session, schema)],
+        Step(id=1, tool="echo", args={"n": 2, python_name: value}),
     )
     assert res[1].error_kind is ErrorKind.ARGS_INVALID
     assert res[1].failure is not None and python_name in res[1].failure.args
