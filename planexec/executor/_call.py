@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._retry import RetryPolicy, classify_tool_failure, retry_async
-from planexec._text import as_text, cut
+from planexec._text import cut
 from planexec.approval import ApprovalAction
 from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind
 from planexec.events import ToolCallStarted, ToolProgress
@@ -493,7 +493,7 @@ async def attempt(
             cause=str(exc),
         ) from exc
     ctx.warnings = found
-    payload = _error_flag(raw) or error_payload(output, run.config.error_payload_keys)
+    payload = error_payload(output, run.config.error_payload_keys, raw=raw)
     if payload is not None:
         raise AttemptFailed(
             ErrorKind.TOOL_ERROR,
@@ -816,16 +816,3 @@ def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
 
 _NONE_MALFORMED: Mapping[str, list[tuple[str, str]]] = MappingProxyType({})
 """`_malformed` of a step without a malformed reference."""
-
-_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
-
-
-def _error_flag(raw: Any) -> str | None:
-    """The message of an MCP-style result object whose ``isError`` is true."""
-    if type(raw) in _PLAIN_TYPES:  # plain data has no such attribute
-        return None
-    for attr in ("isError", "is_error"):
-        if getattr(raw, attr, None) is True:
-            content = getattr(raw, "content", None)
-            return as_text(content) if content else f"the tool reported {attr}=true"
-    return None
