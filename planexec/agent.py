@@ -564,9 +564,11 @@ class PlanExecuteAgent:
             out_type,
             trace=trace,
         )
-        await bus.emit(
-            RunStarted(run_id=run.run_id, question=question, config=cfg.model_dump(mode="json"))
-        )
+        recorded = cfg.model_dump(mode="json")
+        if self.runtime.approver is not None:  # the callback turned approval on: recorded
+            # so, a resume from the record without it (`planexec runs resume`) still waits
+            recorded["approval"] = {**recorded["approval"], "enabled": True}
+        await bus.emit(RunStarted(run_id=run.run_id, question=question, config=recorded))
         return ctx
 
     def _catalog_for(self, output_type: type[BaseModel] | None) -> ToolCatalog:

@@ -406,7 +406,8 @@ class ApprovalGate:
         log = step_log(self.run_id, step.id)
         digest = args_digest(dict(args))
         rec = self._latest(plan_version, step.id)
-        same = rec is not None and rec.tool == spec.name and rec.digest == digest
+        made_for = (spec.name, spec.server, digest)  # a tool of a server, these arguments
+        same = rec is not None and (rec.tool, rec.server, rec.digest) == made_for
         if same and rec is not None and rec.state is RequestState.DECIDED:
             log.info("step {}: applying the recorded decision: {} by {}", step.id, rec.action,
                      rec.by or "?")
@@ -519,11 +520,12 @@ class ApprovalGate:
         await self._record(decision, step_id, plan_version, rec.request_no if rec else 0)
 
     def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
-              start: Event | None) -> None:
+              start: Event | None, *, server: str | None = None) -> None:
         """Claim the step's decision for this call and record its start, in one transaction.
 
         Called at the call boundary, right before an approved call: ``start`` (the call's
-        ``ToolCallStarted``) is recorded with the claim.
+        ``ToolCallStarted``) is recorded with the claim. ``tool`` of ``server`` is the
+        tool called (a decision for a tool of that name on another server allows nothing).
 
         Raises:
             DecisionClaimError: no decision allows this call (``refusal`` says why): the
@@ -532,7 +534,7 @@ class ApprovalGate:
         self.store.claim_decision(self.run_id, plan_version, step_id, tool=tool,
                                   digest=args_digest(dict(args)),
                                   claimer=self.owner or LEASE_OWNER.get() or self._own,
-                                  event=start)
+                                  event=start, server=server)
 
     async def withdraw(self, step_id: int, plan_version: int, reason: str) -> None:
         """Withdraw the step's request (a streamed draft's step that was discarded)."""

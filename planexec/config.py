@@ -145,7 +145,8 @@ class ExecutorSettings(_Settings):
     tool_retry: RetrySettings = Field(default_factory=RetrySettings)
     """Retries, inside one step, of failed calls to safe (read-only/idempotent) tools."""
     retry_unsafe: bool = False
-    """Also retry tools not marked safe. Destructive tools are never retried."""
+    """Also retry tools not marked safe. Destructive tools are never retried, nor is an
+    approved call of a tool not marked safe (its decision allows one call)."""
     retry_error_payloads: bool = True
     """Retry error payloads and ``is_error`` results of safe tools like exceptions.
 

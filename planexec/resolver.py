@@ -60,6 +60,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
+from pydantic.fields import FieldInfo
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 import planexec._fastpaths as _fastpaths
@@ -70,7 +71,8 @@ from planexec.errors import ErrorKind, ModelError
 from planexec.events import ArgResolved, EventBus, FallbackUsed
 from planexec.filters import FilterMiss, apply_path, apply_query, hint_literals, parse_hint
 from planexec.grounding import Grounding, HintLiteral, OutputIndex
-from planexec.parsing.jsonrepair import extract_json
+from planexec.parsing._common import read_call_args
+from planexec.parsing.jsonrepair import RepairFailure, extract_json
 from planexec.parsing.refs import contains_placeholder
 from planexec.plan import Ref, Step, Template, format_path, iter_refs, to_jsonable
 from planexec.results import (
@@ -533,6 +535,38 @@ def _resolve_value(
     return value, ResolutionMethod.LITERAL
 
 
+def _keyword_text(
+    positional: Sequence[Any], args: Mapping[str, Any], names: Sequence[str]
+) -> list[str]:
+    """The tool's parameters named in a step's one input text, read as arguments.
+
+    A step whose only argument is one plain text (a rewoo input, ``Tool[text]``) binds it
+    whole to the tool's first parameter. Text that reads entirely as keyword arguments
+    of that tool (``site_name="MAIN", limit=3``) or as a JSON object of them would put
+    the text into that parameter and drop the others the planner wrote: their names,
+    else none.
+    """
+    if len(positional) != 1 or args or type(positional[0]) is not str or not names:
+        return []
+    text = positional[0].strip()
+    if "=" not in text and not text.startswith("{"):
+        return []  # the common case: plain text
+    keys: list[str] = []
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        try:
+            called = read_call_args(text)
+        except RepairFailure:
+            return []
+        if not called.positional:
+            keys = list(called.kwargs)
+    else:
+        if isinstance(parsed, dict):
+            keys = [str(k) for k in parsed]
+    return keys if keys and all(k in names for k in keys) else []
+
+
 def _ref_texts(value: Any) -> tuple[str, ...]:
     """The references in a value, as written."""
     return tuple(r.raw or r.canonical for r in iter_refs(value))
@@ -563,10 +597,22 @@ def _holds(value: Any, kinds: type | tuple[type, ...]) -> bool:
     return False
 
 
+def _field(schema: type[BaseModel], name: str) -> FieldInfo | None:
+    """The field of an args schema an argument name stands for.
+
+    Arguments are named as the schema shows them (`planexec.tools.ToolSpec.arg_names`):
+    a field with an alias by its alias (an MCP server's ``a-b`` is the model's ``f_a_b``).
+    """
+    for field_name, info in schema.model_fields.items():
+        if (info.alias or field_name) == name:
+            return info
+    return None
+
+
 @lru_cache(maxsize=1024)
 def _adapter(schema: type[BaseModel], name: str) -> TypeAdapter[Any] | None:
     """A lax validator for one field of an args schema (numbers may become strings)."""
-    info = schema.model_fields.get(name)
+    info = _field(schema, name)
     if info is None:
         return None
     annotation: Any = info.annotation
@@ -949,6 +995,17 @@ class _Resolution:
             ]
         else:
             names = self.spec.arg_names
+            folded = _keyword_text(positional, args, names)
+            if folded:
+                return self.fail(
+                    ErrorKind.ARGS_INVALID,
+                    f"{self.where}: the input {_short(positional[0])} reads as the tool's "
+                    f"keyword arguments ({', '.join(folded)}), but an input is bound whole, "
+                    f"as text, to the first parameter ('{names[0]}'): the arguments it "
+                    "names would be dropped, and they are not guessed from it",
+                    ("#1",),
+                    literal=("#1",),  # the plan's shape is wrong: only a re-plan fixes it
+                )
         for i, value in enumerate(positional):
             if i >= len(names):
                 params = ", ".join(names) or "none"

@@ -100,6 +100,7 @@ from planexec.store.base import (
     check_decidable,
     owner_alive,
 )
+from planexec.store.codec import args_digest
 from planexec.store.reading import run_from_store
 
 if TYPE_CHECKING:
@@ -697,6 +698,7 @@ async def decide_step(
     decision: ApprovalDecision,
     *,
     catalog: Any = None,
+    seen: ApprovalRequest | None = None,
 ) -> ApprovalDecision:
     """Record a person's decision about a waiting step (``planexec runs approve|reject``).
 
@@ -707,17 +709,29 @@ async def decide_step(
     (checked in the plan's dialect and validated against the tool's schema, from
     ``catalog``; the gate checks them again before the call).
 
+    ``seen`` is the request the person decided about (as `waiting_steps` gave it): when
+    the step has asked again since (another plan version, tool, server or arguments),
+    nothing is recorded (``ApprovalError``), so a decision never lands on a call nobody
+    saw. Without it, the step's request waiting now is decided.
+
     Returns:
         The decision as recorded (``args`` filled in).
 
     Raises:
         RunNotFoundError: no such run.
         AlreadyDecidedError: another decider was first (it says who, when and what).
-        ApprovalError: the step does not wait; an edit without a catalog, for a tool
-            the catalog lacks, or that does not fit the schema (``problems``).
+        ApprovalError: the step does not wait, or waits on another request than ``seen``;
+            an edit without a catalog, for a tool the catalog lacks, or that does not fit
+            the schema (``problems``).
         ValueError: a ``defer`` decision (nothing to record).
     """
     request = waiting_request(store, run_id, step_id)
+    if seen is not None and _call_of(seen) != _call_of(request):
+        raise ApprovalError(
+            f"step {step_id} of run {run_id} asked again since the request you decided "
+            f"(now: tool {request.tool!r}, plan version {request.plan_version}, arguments "
+            f"{request.args!r}): look at the new request and decide again; nothing was recorded"
+        )
     final: dict[str, Any] | None = None
     if decision.action is ApprovalAction.DEFER:
         raise ValueError("a deferral records nothing: the step already waits")
@@ -751,6 +765,11 @@ async def decide_step(
         "step {}: decision recorded: {} by {}", step_id, decided.action, decided.by or "?"
     )
     return decided
+
+
+def _call_of(request: ApprovalRequest) -> tuple[int, str, str | None, str]:
+    """What a request asks about: its plan version, tool, server and argument digest."""
+    return (request.plan_version, request.tool, request.server, args_digest(request.args))
 
 
 # ------------------------------------------------------------- recorded execution

@@ -63,6 +63,7 @@ import planexec._fastpaths as _fastpaths
 from planexec._frozen import cached
 from planexec._loading import load_object
 from planexec._log import logger
+from planexec._text import as_text
 from planexec.errors import AmbiguousToolError, ToolCallError, ToolLoadError, ToolOutputError
 from planexec.results import MAX_JSON_DEPTH, encode_json, plain_json_size
 
@@ -239,14 +240,35 @@ class ToolSpec:
 
     @cached
     def field_names(self) -> frozenset[str]:
-        """The names the args schema accepts (its fields and their aliases), computed once."""
-        fields = self.args_schema.model_fields
-        return frozenset(fields) | {f.alias for f in fields.values() if f.alias}
+        """The names the args schema accepts, computed once: `arg_names`.
+
+        A field with an alias is named by its alias only (the name its JSON schema
+        shows): its Python name (an MCP server's ``from`` is the model's ``f_from``) is
+        no name of the tool, and is refused rather than renamed.
+        """
+        return frozenset(self._names[0])
+
+    @cached
+    def _python_names(self) -> frozenset[str]:
+        """The Python names of the fields that have an alias (no name of the tool's)."""
+        fields = self.args_schema.model_fields.items()
+        return frozenset(n for n, f in fields if f.alias and f.alias != n)
 
     @property
     def allows_extra_args(self) -> bool:
-        """Whether the schema accepts arguments it does not name."""
-        return self.args_schema.model_config.get("extra") == "allow"
+        """Whether the schema accepts arguments it does not name, and the call passes them.
+
+        langchain calls a tool whose own pydantic schema names no field with no
+        arguments at all (``BaseTool._to_args_and_kwargs``), whatever the schema's
+        ``extra``: arguments given to it would be dropped, so they are refused. A tool
+        that declares it passes the arguments given (`DIRECT_ARGUMENTS` ``"given"``,
+        planexec's MCP tools) gets them.
+        """
+        if self.args_schema.model_config.get("extra") != "allow":
+            return False
+        own = self.tool.args_schema
+        drops = isinstance(own, type) and issubclass(own, BaseModel) and not own.model_fields
+        return not drops or getattr(type(self.tool), DIRECT_ARGUMENTS, None) == "given"
 
     def signature(self) -> str:
         """A one-line signature, e.g. ``history(site_name: str, final: str?)``.
@@ -283,7 +305,10 @@ class ToolSpec:
         """
         names = self.field_names
         unknown = [k for k in args if k not in names]
-        if unknown and not self.allows_extra_args:
+        if unknown and self.allows_extra_args:
+            # an extra argument is passed as given, never taken for an aliased field
+            unknown = [k for k in unknown if k in self._python_names]
+        if unknown:
             errors = [
                 InitErrorDetails(type="extra_forbidden", loc=(k,), input=args[k])
                 for k in unknown
@@ -802,7 +827,7 @@ class DirectCall:
         Raises:
             pydantic.ValidationError: the arguments do not fit the schema.
         """
-        if not self.fields:
+        if not self.fields and not self.only_given:
             return {}  # langchain ignores the input of a tool without arguments
         model = validated if validated is not None else self.schema.model_validate(dict(args))
         given = model.model_fields_set
@@ -831,7 +856,8 @@ DIRECT_ARGUMENTS = "planexec_direct_arguments"
 """The class attribute by which a `StructuredTool` subclass says it may be called directly.
 
 Its value says which arguments its ``_parse_input`` passes to the function: ``"given"``,
-only those the call gave (validated), never a field's default. The subclass promises
+only those the call gave (validated), never a field's default, and those even when its
+schema names no field (langchain would pass none). The subclass promises
 that apart from that, calling it is calling a `StructuredTool` (planexec's MCP tools:
 `planexec.mcp.MCPTool`)."""
 
@@ -1196,13 +1222,45 @@ def _as_text(value: Any) -> str:
         return repr(value)
 
 
-def error_payload(output: Any, keys: Sequence[str] = ("error",)) -> str | None:
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _raw_error(raw: Any) -> str | None:
+    """The message of a raw output that is itself marked as an error, if it is one.
+
+    A `ToolMessage` whose ``status`` is ``"error"`` (langchain's own error marker, which
+    `normalize_output` would turn into its content), or an MCP-style result object whose
+    ``isError``/``is_error`` attribute is true.
+    """
+    if type(raw) in _PLAIN_TYPES:  # plain data has no such attribute
+        return None
+    if isinstance(raw, ToolMessage):
+        if raw.status != "error":
+            return None
+        text = _text_blocks(raw.content)
+        message = text if text is not None else as_text(raw.content)
+        return message or "the tool returned a ToolMessage with status 'error'"
+    for attr in ("isError", "is_error"):
+        if getattr(raw, attr, None) is True:
+            content = getattr(raw, "content", None)
+            return as_text(content) if content else f"the tool reported {attr}=true"
+    return None
+
+
+def error_payload(
+    output: Any, keys: Sequence[str] = ("error",), *, raw: Any = None
+) -> str | None:
     """The error message an output carries, or None if it carries none.
 
     An output carries an error when it is a dict (or pydantic model) with a truthy
     value under one of ``keys``, or an MCP-style result with ``isError``/``is_error``
-    true (its text content is the message).
+    true (its text content is the message). ``raw`` is what the tool returned, before
+    `normalize_output`: a `ToolMessage` with ``status="error"`` or a result object
+    flagged ``isError`` carries its error there (normalizing keeps only its content).
     """
+    flagged = _raw_error(raw)
+    if flagged is not None:
+        return flagged
     data: Any = output
     if type(output) is not dict:  # the common case needs none of these checks
         if isinstance(output, BaseModel):

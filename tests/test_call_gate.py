@@ -268,3 +268,141 @@ async def test_a_recorded_edit_holding_a_rewoo_reference_is_refused() -> None:
                           catalog=ToolCatalog(list(tools.values())))
     assert info.value.problems
     assert calls(tools["retire"]) == []
+
+
+# -- a decision names its tool's server too ----------------------------------------------------
+
+
+async def test_an_approval_of_one_servers_tool_never_lets_the_same_name_on_another_run() -> None:
+    """Approve ``bank_a.pay``; on resume the selector picks ``bank_b.pay``, same arguments.
+
+    Two servers may offer a tool of one name; the decision was made for one of them.
+    """
+    pay_a = on("bank_a", fake_tool("pay", {"paid": "a"}, args={"amount": int, "to": str}),
+               destructive=True)
+    pay_b = on("bank_b", fake_tool("pay", {"paid": "b"}, args={"amount": int, "to": str}),
+               destructive=True)
+    store = MemoryRunStore()
+    selector = Selector([
+        {"tool": "bank_a.pay", "args": {"amount": 5, "to": "bob"}},
+        {"tool": "bank_b.pay", "args": {"amount": 5, "to": "bob"}},
+    ])
+    agent = selecting_agent(FunctionModel(function=selector), {"a": pay_a, "b": pay_b}, store)
+    plan = "#Task1: pay bob 5\n#Agent1: payments\n#Dependency1: None\n"
+    run = await asyncio.wait_for(agent.execute_plan(plan, run_id="r8"), BOUND)
+    assert run.status is RunStatus.WAITING_APPROVAL
+    [request] = waiting_steps(store, "r8")
+    assert (request.server, request.tool) == ("bank_a", "pay")
+    await decide_step(store, "r8", 1, ApprovalDecision.approve(by="ann"))
+
+    resumed = await asyncio.wait_for(resume_run(agent, store, "r8"), BOUND)
+    assert calls(pay_b) == []  # approved on bank_a: never on bank_b
+    assert calls(pay_a) == []
+    assert resumed.status is RunStatus.WAITING_APPROVAL  # the step asks again
+    [again] = waiting_steps(store, "r8")
+    assert (again.server, again.tool) == ("bank_b", "pay")
+
+
+# -- a decision allows one call: no retry of a tool that is not safe ---------------------------
+
+
+async def test_an_approved_call_of_a_tool_that_is_not_safe_is_made_once_even_with_retry_unsafe(
+) -> None:
+    """``executor.retry_unsafe`` retried an approved call of a tool of unknown safety.
+
+    One decision, two calls: the first failed (transiently), the retry ran on the same
+    claim. The retry of a call that is not safe to repeat needs its own decision.
+    """
+    transfer = fake_tool("transfer", {"ok": True}, args={"amount": int},
+                         error="503 try again", fail_times=1)
+    asked: list[ApprovalRequest] = []
+
+    async def approver(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision.approve(by="ann")
+
+    cfg = AgentConfig.model_validate({
+        "approval": {"enabled": True, "require": ["unknown"]},
+        "recovery": {"max_replans": 0},
+        "executor": {"retry_unsafe": True,
+                     "tool_retry": {"base_delay": 0, "max_delay": 0, "jitter": 0}},
+    })
+    agent = PlanExecuteAgent(None, [transfer], approver=approver, config=cfg)
+    plan = ("#Task1: transfer 5\n#Tool1: transfer\n#Args1: {\"amount\": 5}\n"
+            "#Dependency1: None\n")
+    run = await asyncio.wait_for(agent.execute_plan(plan), BOUND)
+    assert len(calls(transfer)) == len(asked) == 1  # one decision, one call
+    [result] = run.results
+    assert result.status is StepStatus.FAILED
+
+
+# -- a callback's approval is recorded with the run ------------------------------------------
+
+
+class Killed(BaseException):
+    """The process dies (nothing of ours catches it)."""
+
+
+async def test_a_run_killed_before_asking_resumes_from_its_record_still_needing_a_decision(
+    tmp_path: Any,
+) -> None:
+    """An approver callback turns approval on; the recorded config said it was off.
+
+    Killed before its destructive step asked, the run was resumed (as ``planexec runs
+    resume`` does: an agent built from the recorded config, no callback) and the
+    destructive tool ran without any decision.
+    """
+    from planexec.store import SQLiteRunStore
+
+    alive = [False]
+
+    def read() -> list[str]:
+        if not alive[0]:
+            raise Killed
+        return ["MAIN"]
+
+    tools = {"read": fake_tool("read", function=read, hints=READ),
+             "wipe": fake_tool("wipe", "wiped", args={"site": str}, hints=DESTRUCTIVE)}
+    plan = block(1, "read", "{}") + block(2, "wipe", '{"site": "MAIN"}', "#S1")
+
+    async def later(request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision.defer("ask ops")
+
+    store = SQLiteRunStore(tmp_path / "runs.db")
+    first = PlanExecuteAgent(None, list(tools.values()), approver=later, store=store)
+    with pytest.raises(Killed):
+        await asyncio.wait_for(first.execute_plan(plan, run_id="r9"), BOUND)
+    alive[0] = True
+    recorded = AgentConfig.model_validate(store.get_run("r9").config)
+    second = PlanExecuteAgent(None, list(tools.values()), config=recorded, store=store)
+    resumed = await asyncio.wait_for(resume_run(second, store, "r9", allow_running=True), BOUND)
+    assert calls(tools["wipe"]) == []
+    assert resumed.status is RunStatus.WAITING_APPROVAL
+    assert [r.tool for r in waiting_steps(store, "r9")] == ["wipe"]
+    store.close()
+
+
+# -- a decision lands only on the request the person saw ---------------------------------------
+
+
+async def test_a_decision_about_a_request_the_step_replaced_is_not_recorded() -> None:
+    """Ann saw step 1 ask to ``pay``; before she answered, a resume re-asked it as
+    ``close_account``. Her approval (of what she saw) must not approve the new call."""
+    tools = bank()
+    store = MemoryRunStore()
+    selector = Selector([
+        {"tool": "pay", "args": {"amount": 5, "to": "bob"}},
+        {"tool": "close_account", "args": {"to": "bob"}},
+    ])
+    agent = selecting_agent(FunctionModel(function=selector), tools, store)
+    await asyncio.wait_for(agent.execute_plan(AGENT_ONLY, run_id="r10"), BOUND)
+    [shown] = waiting_steps(store, "r10")  # what ann looks at: pay 5 to bob
+    await asyncio.wait_for(resume_run(agent, store, "r10"), BOUND)  # re-asked meanwhile
+    with pytest.raises(ApprovalError):
+        await decide_step(store, "r10", 1, ApprovalDecision.approve(by="ann"), seen=shown)
+    [now] = waiting_steps(store, "r10")  # nothing recorded: still waiting
+    assert now.tool == "close_account"
+    assert await decide_step(store, "r10", 1, ApprovalDecision.reject("no", by="ann"),
+                             seen=now) is not None  # what she saw now: recorded
+    assert waiting_steps(store, "r10") == []
+    assert calls(tools["close_account"]) == [] and calls(tools["pay"]) == []

@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from planexec._json import non_finite
 from planexec._log import step_log
 from planexec._retry import RetryPolicy, classify_tool_failure, retry_async
-from planexec._text import as_text, cut
+from planexec._text import cut
 from planexec.approval import ApprovalAction
 from planexec.errors import CircuitOpenError, DecisionClaimError, ErrorKind
 from planexec.events import ToolCallStarted, ToolProgress
@@ -133,6 +133,9 @@ async def _make_call(
             not_retried = " (not retried: the tool is not marked read-only or idempotent)"
             if spec.hints.destructive:
                 not_retried = " (not retried: the tool is destructive)"
+        elif ctx.attempts == 1 and ctx.approved and not spec.hints.safe:
+            not_retried = (" (not retried: its approval allowed one call, and the tool is "
+                           "not marked read-only or idempotent)")
         message = f"{failed.message}{tries}{not_retried}"
         raise StepFailed(
             StepStatus.FAILED,
@@ -413,7 +416,8 @@ async def attempt(
     # version, step, tool and argument digest, once, under the run's lease — in the
     # same store transaction that records the call's start (`Approvals.claim`). A
     # refused claim: the tool is not called, the step waits for a decision. (Later
-    # attempts of a safe tool are retries of the one claimed call.)
+    # attempts of a safe tool are retries of the one claimed call; an approved call of
+    # a tool that is not safe is never retried, `attempts`, even with retry_unsafe.)
     claim = ctx.approved and ctx.attempts == 1 and run.approvals is not None
     if bus.listening or claim:
         start = ToolCallStarted.of(
@@ -428,7 +432,8 @@ async def attempt(
         if claim:
             assert run.approvals is not None
             try:
-                run.approvals.claim(step.id, run.plan_version, spec.name, args, start)
+                run.approvals.claim(step.id, run.plan_version, spec.name, args, start,
+                                    server=spec.server)
             except DecisionClaimError as exc:
                 breaker.release()
                 ctx.attempts -= 1
@@ -488,7 +493,7 @@ async def attempt(
             cause=str(exc),
         ) from exc
     ctx.warnings = found
-    payload = _error_flag(raw) or error_payload(output, run.config.error_payload_keys)
+    payload = error_payload(output, run.config.error_payload_keys, raw=raw)
     if payload is not None:
         raise AttemptFailed(
             ErrorKind.TOOL_ERROR,
@@ -526,6 +531,8 @@ async def attempts(
 
     def retry_if(exc: BaseException) -> bool:
         if not isinstance(exc, AttemptFailed) or not exc.retry:
+            return False
+        if ctx.approved and not spec.hints.safe:  # its decision allowed one call (`attempt`)
             return False
         if exc.kind is ErrorKind.EMPTY_OUTPUT:
             if run.config.empty_output == "warn":
@@ -809,16 +816,3 @@ def _wake(waiter: asyncio.Future[None], _call: asyncio.Future[Any]) -> None:
 
 _NONE_MALFORMED: Mapping[str, list[tuple[str, str]]] = MappingProxyType({})
 """`_malformed` of a step without a malformed reference."""
-
-_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
-
-
-def _error_flag(raw: Any) -> str | None:
-    """The message of an MCP-style result object whose ``isError`` is true."""
-    if type(raw) in _PLAIN_TYPES:  # plain data has no such attribute
-        return None
-    for attr in ("isError", "is_error"):
-        if getattr(raw, attr, None) is True:
-            content = getattr(raw, "content", None)
-            return as_text(content) if content else f"the tool reported {attr}=true"
-    return None

@@ -201,8 +201,10 @@ class Approvals(Protocol):
         ...
 
     def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
-              start: ToolCallStarted | None) -> None:
-        """Claim the decision for this exact call and record its start, at once.
+              start: ToolCallStarted | None, *, server: str | None = None) -> None:
+        """Claim the decision for this exact call (``tool`` of ``server``) and record its start.
+
+        The claim and the record of the start are one store transaction.
 
         Raises:
             DecisionClaimError: no decision allows the call (it must not happen).

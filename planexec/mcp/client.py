@@ -1019,6 +1019,21 @@ class MCPTool(StructuredTool):
         }
         return {k: v for k, v in parsed.items() if k in given or k not in fields}
 
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """The call's arguments: those given, validated, even when the schema names none.
+
+        langchain-core calls a tool whose schema has no fields with no arguments at all;
+        a server whose input schema names no property but allows others
+        (``additionalProperties``) would get ``{}`` whatever the call gave.
+        """
+        if isinstance(tool_input, dict) and not getattr(self.args_schema, "model_fields", None):
+            parsed = self._parse_input(tool_input, tool_call_id)
+            if isinstance(parsed, dict):
+                return (), dict(parsed)
+        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
 
 def mcp_tool_to_langchain(session: MCPServerSession, tool: mcp_types.Tool) -> BaseTool:
     """Wrap one MCP tool of a session as a langchain `StructuredTool`.

@@ -704,7 +704,7 @@ def expose_tool(
         except Exception as exc:  # the tool's failure, reported to the caller
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
         structured, _ = normalize_output(out)
-        err = error_payload(structured)
+        err = error_payload(structured, raw=out)
         if err:
             raise ToolError(err)
         return _result_for(structured, wrap=wrap)

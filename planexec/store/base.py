@@ -448,12 +448,14 @@ class RunStore(Protocol):
         digest: str,
         claimer: str,
         event: Event | None = None,
+        server: str | None = None,
     ) -> ApprovalRecord:
         """Claim the step's decision for one call and record the call's start: one transaction.
 
         The latest request of the step must be decided ``approve`` or ``edit`` for this
-        ``tool`` and these arguments (``digest`` equals its ``decided_digest``), and not
-        claimed; no other live owner may hold the run's lease. Then its state becomes
+        ``tool`` of this ``server`` (two servers may offer tools of one name) and these
+        arguments (``digest`` equals its ``decided_digest``), and not claimed; no other
+        live owner may hold the run's lease. Then its state becomes
         ``claimed`` (by ``claimer``, now) and ``event`` (the call's ``ToolCallStarted``)
         is appended to the run's events, in the same transaction.
 
@@ -681,8 +683,12 @@ def decided(record: ApprovalRecord, *, action: str, args: dict[str, Any] | None,
 
 
 def check_claim(record: ApprovalRecord | None, *, run_id: str, step_id: int, tool: str,
-                digest: str, claimer: str, lease: Lease | None, now: float) -> None:
+                digest: str, claimer: str, lease: Lease | None, now: float,
+                server: str | None = None) -> None:
     """The rule of `RunStore.claim_decision` on the step's latest request (None: none).
+
+    ``tool`` and ``server`` together name the tool: two servers may offer tools of one
+    name, and a decision is made for one of them.
 
     Raises:
         DecisionClaimError: the call must not happen (``refusal``).
@@ -706,9 +712,10 @@ def check_claim(record: ApprovalRecord | None, *, run_id: str, step_id: int, too
                      f"its decision was claimed by a call already (driver {record.claimed_by})")
     if record.action == "reject":
         raise refuse(ClaimRefusal.REJECTED, f"rejected: {record.decision_reason}")
-    if record.tool != tool:
+    if record.tool != tool or record.server != server:
+        made_for = f"{record.server}.{record.tool}" if record.server else record.tool
         raise refuse(ClaimRefusal.TOOL_MISMATCH,
-                     f"the decision was made for tool {record.tool!r}")
+                     f"the decision was made for tool {made_for!r}")
     if record.decided_digest != digest:
         raise refuse(ClaimRefusal.ARGS_MISMATCH,
                      "the decision was made for other arguments")

@@ -188,6 +188,7 @@ class CompareAndSet(ABC, Generic[Tx]):
         digest: str,
         claimer: str,
         event: Event | None = None,
+        server: str | None = None,
     ) -> ApprovalRecord:
         """Claim the step's decision and record the call start, in one transaction."""
 
@@ -195,7 +196,8 @@ class CompareAndSet(ABC, Generic[Tx]):
             now = time.time()
             rec = self._latest_request(tx, run_id, plan_version, step_id)
             check_claim(rec, run_id=run_id, step_id=step_id, tool=tool, digest=digest,
-                        claimer=claimer, lease=self._lease_row(tx, run_id), now=now)
+                        claimer=claimer, lease=self._lease_row(tx, run_id), now=now,
+                        server=server)
             assert rec is not None
             new = dataclasses.replace(rec, state=RequestState.CLAIMED, claimed_by=claimer,
                                       claimed_at=now)

@@ -47,6 +47,8 @@ SCHEMA: dict[str, Any] = {
     },
     "required": ["n"],
 }
+OPEN_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": {"not": {"type": "null"}}}
+"""Names no property and allows others: langchain alone would call it with none."""
 
 SERVER = textwrap.dedent(
     """
@@ -59,13 +61,14 @@ SERVER = textwrap.dedent(
 
     LOG = sys.argv[1]
     SCHEMA = json.loads(sys.argv[2])
+    OPEN = json.loads(sys.argv[3])
     READ = types.ToolAnnotations(read_only_hint=True)
 
     async def list_tools(ctx, params):
         tools = [
             types.Tool(name=name, description=name, input_schema=SCHEMA, annotations=READ)
             for name in ("echo", "broken", "picky", "plain")
-        ]
+        ] + [types.Tool(name="open", description="open", input_schema=OPEN, annotations=READ)]
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx, params):
@@ -104,7 +107,7 @@ def _config(tmp_path: Path) -> tuple[dict[str, Any], Path]:
     script.write_text(SERVER)
     log = tmp_path / "calls.jsonl"
     log.touch()
-    args = [str(script), str(log), json.dumps(SCHEMA)]
+    args = [str(script), str(log), json.dumps(SCHEMA), json.dumps(OPEN_SCHEMA)]
     return {"mcpServers": {"wire": {"command": sys.executable, "args": args}}}, log
 
 
@@ -160,9 +163,9 @@ async def test_an_mcp_tool_called_directly_gives_what_ainvoke_gives_on_random_ar
     rng = random.Random(20261126)
     async with MCPToolset(config) as toolset:
         catalog = ToolCatalog(toolset.tools)
-        specs = [catalog.get(name) for name in ("echo", "broken", "picky", "plain")]
+        specs = [catalog.get(name) for name in ("echo", "broken", "picky", "plain", "open")]
         assert all(spec.direct is not None for spec in specs)
-        for case in range(120):
+        for case in range(150):
             spec = rng.choice(specs)
             args = _random_args(rng)
             seen = f"case {case}: {spec.name}({args})"
@@ -170,6 +173,8 @@ async def test_an_mcp_tool_called_directly_gives_what_ainvoke_gives_on_random_ar
             assert through_ainvoke == [spec.name], seen
             through_ainvoke.clear()
             sent_general = _calls(log)
+            if spec.name == "open" and general[0] == "returned":  # nothing dropped
+                assert sent_general == [{"tool": "open", "args": args}], seen
             log.write_text("")
             direct = await _call(spec, args, direct=True)
             assert through_ainvoke == [], f"{seen} went through ainvoke"

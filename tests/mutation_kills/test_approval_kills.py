@@ -7,6 +7,7 @@ events on the bus (and the store's reading of them), the approver's request coun
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from planexec.agent import PlanExecuteAgent
@@ -273,6 +274,18 @@ async def test_a_recorded_decision_applies_only_to_its_tool_and_arguments() -> N
     third = await review(gate, {"asset": "CH-7", "priority": "high"}, spec=spec)
     assert len(approver.requests) == 3  # another tool, same arguments: asked again
     assert third is not None and approver.requests[-1].tool == "close_order"
+
+
+async def test_a_recorded_decision_applies_only_to_its_servers_tool() -> None:
+    """Kills approval-recorded-other-server: two servers offer ``open_order``; the
+    decision made for one is not applied to the other's, which is asked about again."""
+    approver = Approver([ApprovalDecision.approve(by="ann")])
+    gate = gate_of(approver)
+    args = {"asset": "CH-6", "priority": "high"}
+    await review(gate, args, spec=replace(open_order(), server="plant_a"))
+    again = await review(gate, args, spec=replace(open_order(), server="plant_b"))
+    assert [r.server for r in approver.requests] == ["plant_a", "plant_b"]
+    assert again is not None and again.action is ApprovalAction.APPROVE
 
 
 async def test_a_claimed_decision_is_not_applied_again() -> None:

@@ -67,7 +67,7 @@ class Gate:
         return self.decision
 
     def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
-              start: Any) -> None:
+              start: Any, *, server: str | None = None) -> None:
         """Every call this stub decided may go ahead."""
 
     async def withdraw(self, step_id: int, plan_version: int, reason: str) -> None:
@@ -185,7 +185,7 @@ class ClaimRefused(Gate):
     """Approves every call, but no claim succeeds (the decision was taken by another)."""
 
     def claim(self, step_id: int, plan_version: int, tool: str, args: Mapping[str, Any],
-              start: Any) -> None:
+              start: Any, *, server: str | None = None) -> None:
         raise DecisionClaimError("claimed already", refusal=ClaimRefusal.ALREADY_CLAIMED)
 
 
@@ -292,10 +292,11 @@ def decided(store: RunStore, *, plan_version: int = 1, action: str = "approve") 
 
 
 def refusal(store: RunStore, *, plan_version: int = 1, tool: str = "pay",
-            args: dict[str, Any] = ARGS, claimer: str = "d") -> ClaimRefusal | None:
+            args: dict[str, Any] = ARGS, claimer: str = "d",
+            server: str | None = None) -> ClaimRefusal | None:
     try:
         store.claim_decision("r", plan_version, 2, tool=tool, digest=args_digest(args),
-                             claimer=claimer)
+                             claimer=claimer, server=server)
     except DecisionClaimError as exc:
         return exc.refusal
     return None
@@ -312,11 +313,13 @@ def test_a_decision_for_plan_version_1_is_not_claimed_by_plan_version_2(
 
 
 def test_a_decision_allows_one_call_of_its_tool_with_its_arguments(store: RunStore) -> None:
-    """Kills claim-other-args, claim-other-tool, claim-twice and claim-no-request."""
+    """Kills claim-other-args, claim-other-tool, claim-other-server, claim-twice and
+    claim-no-request."""
     assert refusal(store) is ClaimRefusal.NO_REQUEST
     decided(store)
     assert refusal(store, args={"amount": 500, "to": "bob"}) is ClaimRefusal.ARGS_MISMATCH
     assert refusal(store, tool="close_account") is ClaimRefusal.TOOL_MISMATCH
+    assert refusal(store, server="bank_b") is ClaimRefusal.TOOL_MISMATCH  # its namesake
     assert refusal(store) is None
     assert refusal(store) is ClaimRefusal.ALREADY_CLAIMED
 

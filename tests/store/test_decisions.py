@@ -221,6 +221,24 @@ def test_a_call_that_the_decision_does_not_allow_is_refused(
     assert "ToolCallStarted" not in [e["type"] for e in store.events(RUN)]
 
 
+@pytest.mark.parametrize(("made_for", "called_on"),
+                         [("bank_a", "bank_b"), ("bank_a", None), (None, "bank_b")])
+def test_a_decision_for_a_tool_of_one_server_allows_no_call_of_its_namesake(
+    make_store: StoreFactory, made_for: str | None, called_on: str | None
+) -> None:
+    """Two servers may offer a tool of one name: the decision names the server too."""
+    store = make_store()
+    args = {"amount": 5, "to": "bob"}
+    store.open_request(replace(request(args), server=made_for))
+    store.decide_request(RUN, 1, 2, action="approve", args=args)
+    with pytest.raises(DecisionClaimError) as info:
+        store.claim_decision(RUN, 1, 2, tool="pay", digest=args_digest(args), claimer="d",
+                             server=called_on)
+    assert info.value.refusal is ClaimRefusal.TOOL_MISMATCH
+    assert store.claim_decision(RUN, 1, 2, tool="pay", digest=args_digest(args), claimer="d",
+                                server=made_for).state is RequestState.CLAIMED
+
+
 def test_no_request_and_withdrawn_requests_allow_no_call(make_store: StoreFactory) -> None:
     store = make_store()
     args = {"amount": 5, "to": "bob"}
