@@ -72,15 +72,20 @@ def selecting_agent(model: FunctionModel, tools: dict[str, BaseTool], store: Any
     return PlanExecuteAgent(model, list(tools.values()), config=cfg, store=store)
 
 
-async def test_an_approval_of_one_selected_tool_never_lets_another_run() -> None:
-    """Defect 1: approve ``pay``; on resume the selector picks ``close_account``."""
-    tools = bank()
-    store = MemoryRunStore()
+def pay_then_close(tools: dict[str, BaseTool], store: Any) -> Any:
+    """An agent whose selector picks ``pay`` first and ``close_account`` when asked again."""
     selector = Selector([
         {"tool": "pay", "args": {"amount": 5, "to": "bob"}},
         {"tool": "close_account", "args": {"to": "bob"}},
     ])
-    agent = selecting_agent(FunctionModel(function=selector), tools, store)
+    return selecting_agent(FunctionModel(function=selector), tools, store)
+
+
+async def test_an_approval_of_one_selected_tool_never_lets_another_run() -> None:
+    """Defect 1: approve ``pay``; on resume the selector picks ``close_account``."""
+    tools = bank()
+    store = MemoryRunStore()
+    agent = pay_then_close(tools, store)
     run = await asyncio.wait_for(agent.execute_plan(AGENT_ONLY, run_id="r1"), BOUND)
     assert run.status is RunStatus.WAITING_APPROVAL
     [request] = waiting_steps(store, "r1")
@@ -390,11 +395,7 @@ async def test_a_decision_about_a_request_the_step_replaced_is_not_recorded() ->
     ``close_account``. Her approval (of what she saw) must not approve the new call."""
     tools = bank()
     store = MemoryRunStore()
-    selector = Selector([
-        {"tool": "pay", "args": {"amount": 5, "to": "bob"}},
-        {"tool": "close_account", "args": {"to": "bob"}},
-    ])
-    agent = selecting_agent(FunctionModel(function=selector), tools, store)
+    agent = pay_then_close(tools, store)
     await asyncio.wait_for(agent.execute_plan(AGENT_ONLY, run_id="r10"), BOUND)
     [shown] = waiting_steps(store, "r10")  # what ann looks at: pay 5 to bob
     await asyncio.wait_for(resume_run(agent, store, "r10"), BOUND)  # re-asked meanwhile

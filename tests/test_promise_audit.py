@@ -259,6 +259,16 @@ def assets_tool() -> BaseTool:
     return fake_tool("assets", ["CH-6"], args={"site_name": str, "limit": (int, 10)})
 
 
+async def run_assets(written: str) -> tuple[StepResult, BaseTool]:
+    """Run ``#E1 = assets[<written>]``: its result, and the tool (for its calls)."""
+    tool = assets_tool()
+    executor = Executor(ToolCatalog([tool]))
+    [result] = await asyncio.wait_for(
+        executor.run(parse_plan(f"Plan: list the assets\n#E1 = assets[{written}]\n")), BOUND
+    )
+    return result, tool
+
+
 @pytest.mark.parametrize(
     "written",
     ['site_name="MAIN", limit=3', '{"site_name": "MAIN", "limit": 3}', "limit=3"],
@@ -267,11 +277,7 @@ async def test_an_input_naming_the_tools_arguments_is_refused_not_folded_into_th
     written: str,
 ) -> None:
     """``assets[site_name="MAIN", limit=3]``: ``limit`` would be dropped, ``site_name`` garbled."""
-    tool = assets_tool()
-    executor = Executor(ToolCatalog([tool]))
-    [result] = await asyncio.wait_for(
-        executor.run(parse_plan(f"Plan: list the assets\n#E1 = assets[{written}]\n")), BOUND
-    )
+    result, tool = await run_assets(written)
     assert result.error_kind is ErrorKind.ARGS_INVALID
     assert result.failure is not None and result.failure.literal_args == ("#1",)
     assert calls(tool) == []
@@ -281,10 +287,6 @@ async def test_an_input_naming_the_tools_arguments_is_refused_not_folded_into_th
 async def test_an_input_that_names_no_argument_of_the_tool_is_its_first_argument(
     written: str,
 ) -> None:
-    tool = assets_tool()
-    executor = Executor(ToolCatalog([tool]))
-    [result] = await asyncio.wait_for(
-        executor.run(parse_plan(f"Plan: list the assets\n#E1 = assets[{written}]\n")), BOUND
-    )
+    result, tool = await run_assets(written)
     assert result.status is StepStatus.SUCCEEDED
     assert calls(tool) == [{"site_name": written, "limit": 10}]

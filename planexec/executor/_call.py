@@ -129,13 +129,13 @@ async def _make_call(
             )
         tries = f" after {ctx.attempts} attempts" if ctx.attempts > 1 else ""
         not_retried = ""
-        if ctx.attempts == 1 and not retryable(run, spec):
+        if ctx.attempts == 1 and not retryable(run, spec, approved=ctx.approved):
             not_retried = " (not retried: the tool is not marked read-only or idempotent)"
             if spec.hints.destructive:
                 not_retried = " (not retried: the tool is destructive)"
-        elif ctx.attempts == 1 and ctx.approved and not spec.hints.safe:
-            not_retried = (" (not retried: its approval allowed one call, and the tool is "
-                           "not marked read-only or idempotent)")
+            elif run.config.retry_unsafe:  # `retryable`: only its approval stopped it
+                not_retried = (" (not retried: its approval allowed one call, and the tool "
+                               "is not marked read-only or idempotent)")
         message = f"{failed.message}{tries}{not_retried}"
         raise StepFailed(
             StepStatus.FAILED,
@@ -374,11 +374,15 @@ def _tool_slots(run: RunState, spec: ToolSpec) -> asyncio.Semaphore | None:
     return slots
 
 
-def retryable(run: RunState, spec: ToolSpec) -> bool:
-    """Whether a tool's failed call may be made again."""
+def retryable(run: RunState, spec: ToolSpec, *, approved: bool = False) -> bool:
+    """Whether a tool's failed call may be made again.
+
+    ``approved``: the call was made on a person's decision, which allows one call of a
+    tool that is not safe (a safe tool's retries repeat the one claimed call).
+    """
     if spec.hints.destructive:
         return False
-    return spec.hints.safe or run.config.retry_unsafe
+    return spec.hints.safe or (run.config.retry_unsafe and not approved)
 
 
 # ------------------------------------------------------------------ attempts
@@ -532,7 +536,7 @@ async def attempts(
     def retry_if(exc: BaseException) -> bool:
         if not isinstance(exc, AttemptFailed) or not exc.retry:
             return False
-        if ctx.approved and not spec.hints.safe:  # its decision allowed one call (`attempt`)
+        if ctx.approved and not retryable(run, spec, approved=True):  # one call (`attempt`)
             return False
         if exc.kind is ErrorKind.EMPTY_OUTPUT:
             if run.config.empty_output == "warn":
