@@ -44,6 +44,8 @@ def _fields(cls: type) -> _Fields:
         else:
             required.add(f.name)
     names = frozenset(f.name for f in dataclasses.fields(cls))
+    if "__slots__" in vars(cls):  # fields in slots, not in ``__dict__``: the constructor
+        names = frozenset()
     return plain, tuple(factories), frozenset(required), names, hasattr(cls, "__post_init__")
 
 
@@ -52,7 +54,8 @@ def build(cls: type[T], fields: dict[str, Any]) -> T:
 
     Raises:
         TypeError: a field that does not exist, or a required one missing (as the
-            constructor raises it: it is then called).
+            constructor raises it: it is then called). A class with ``__slots__`` is
+            always built by its constructor.
     """
     if not _fastpaths.ON:  # the general path (`planexec._fastpaths`)
         return cls(**fields)
@@ -79,7 +82,10 @@ class cached(Generic[T, V]):  # noqa: N801 - used as a decorator, like `functool
     that lock buys nothing: two threads that race compute the same value, and either
     stays. Like ``cached_property`` (and as in Python 3.12), the value is stored in the
     instance's ``__dict__`` under the attribute's name, where later lookups find it
-    without calling this descriptor.
+    without calling this descriptor. It is stored through ``object.__setattr__``, not
+    through ``obj.__dict__``: reading ``__dict__`` makes the instance's attribute values
+    a dict of their own, one more object that the garbage collector walks as long as
+    the instance lives (a plan's steps: issue 29).
     """
 
     def __init__(self, fn: Callable[[T], V]) -> None:
@@ -99,5 +105,6 @@ class cached(Generic[T, V]):  # noqa: N801 - used as a decorator, like `functool
     def __get__(self, obj: T | None, owner: type | None = None) -> V | cached[T, V]:
         if obj is None:
             return self
-        value = obj.__dict__[self.name] = self.fn(obj)
+        value = self.fn(obj)
+        object.__setattr__(obj, self.name, value)
         return value

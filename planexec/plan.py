@@ -64,13 +64,16 @@ def format_path(path: tuple[PathElem, ...]) -> str:
     return "".join(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ref:
     """A reference to an earlier step's result, found in a step's arguments.
 
     A reference is never evaluated: it is data that names a step and, optionally, a
     path into that step's structured output.
     """
+
+    # Slots (no instance ``__dict__``): a plan keeps one per reference alive, and the
+    # garbage collector walks every one of them at each full collection (issue 29).
 
     step: int
     """The number of the referenced step (``3`` for ``<step_3>``)."""
@@ -206,9 +209,18 @@ class Diagnostic:
         return f"{where}{step}: {self.severity} {self.code}: {self.message}"
 
 
-@dataclass(frozen=True)
-class Step:
+class _Derived:
+    """A base without slots: the ``__dict__`` where a slotted step keeps its `cached` values."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step(_Derived):
     """One step of a plan: a tool call (or a reasoning step when ``tool`` is None)."""
+
+    # The fields are slots (issue 29): a plan keeps every step alive, and an instance
+    # ``__dict__`` holding fourteen fields is a second object, three times the memory,
+    # that each full collection of the garbage collector walks. What a step computes
+    # from its fields (`refs`, `deps`, `ref_args`) goes to the ``__dict__`` of `_Derived`.
 
     id: int
     """The step's number (``3`` for ``#Task3`` / ``#E3`` / ``3. tool(...)``)."""
@@ -266,13 +278,22 @@ class Step:
 
     # A step is a value: what it knows of its own arguments is computed once, on first
     # use (`planexec._frozen.cached` stores it in the instance's ``__dict__``, beside
-    # the fields; ``replace`` makes a new step, which computes its own).
+    # the fields' slots; ``replace`` makes a new step, which computes its own).
+
+    def each_ref(self) -> Iterator[Ref]:
+        """Every reference in the step's arguments, in the order of `refs`, kept nowhere.
+
+        `refs` keeps them on the step, a tuple alive as long as the plan: one pass over
+        a plan (its checks, when it is parsed) reads them here instead.
+        """
+        yield from iter_refs(self.args)
+        if self.positional:
+            yield from iter_refs(self.positional)
 
     @cached
     def refs(self) -> tuple[Ref, ...]:
         """Every reference in the step's arguments (keyword and positional)."""
-        found = tuple(iter_refs(self.args))
-        return found + tuple(iter_refs(self.positional)) if self.positional else found
+        return tuple(self.each_ref())
 
     @cached
     def deps(self) -> frozenset[int]:

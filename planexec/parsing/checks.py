@@ -115,13 +115,13 @@ def _graph_checks(plan: Plan) -> list[Diagnostic]:
     by_id = {s.id: s for s in plan.steps}
     reported = {d.step for d in plan.diagnostics if d.code == "REF_HINTED"}
     hinted_known = {
-        (sid, r.location) for sid in reported if sid in by_id for r in by_id[sid].refs
+        (sid, r.location) for sid in reported if sid in by_id for r in by_id[sid].each_ref()
     }
     for step in plan.steps:
         line = step.lines[0] or None
         pos = order[step.id]
         referenced: set[int] = set()
-        for ref in step.refs:
+        for ref in step.each_ref():  # (not `refs`: a tuple kept on every step)
             referenced.add(ref.step)
             if ref.step in order and order[ref.step] < pos and ref.hint is None:
                 continue  # an earlier step, read by the grammar: nothing to report

@@ -48,6 +48,7 @@ equal).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable
@@ -55,7 +56,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import planexec._fastpaths as _fastpaths
-from planexec._frozen import build
 from planexec._log import level_of, step_log
 from planexec._text import snippet
 from planexec.errors import PlanParseError
@@ -1334,14 +1334,34 @@ _FLAT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
 """`_PLAIN_JSON` without looking at each object's keys (see `_plain_step`)."""
 
 
+# The slots (the fields, in order) of `Ref` and `Step`, each set by its member
+# descriptor: what their constructors do through ``object.__setattr__``, at half the
+# cost. (A field added or moved shows here, when the names no longer unpack, or in the
+# fast path's differential test, which compares every field with the general path's.)
+_REF_STEP, _REF_PATH, _REF_HINT, _REF_RAW, _REF_WHOLE, _REF_LOCATION = (
+    vars(Ref)[f.name].__set__ for f in dataclasses.fields(Ref)
+)
+(
+    _STEP_ID, _STEP_TASK, _STEP_TOOL, _STEP_ARGS, _STEP_POSITIONAL, _STEP_ARGS_VALID,
+    _STEP_ARGS_TEXT, _STEP_SERVER, _STEP_NO_TOOL, _STEP_CUT_OFF, _STEP_DEPENDS_ON,
+    _STEP_EXPLICIT_DEPS, _STEP_EXPECTED_OUTPUT, _STEP_LINES,
+) = (vars(Step)[f.name].__set__ for f in dataclasses.fields(Step))
+
+
 def _whole_ref(step: int, raw: str, loc: str) -> Ref:
     """``Ref(step, (), None, raw, True, loc)``, filled at once (half the constructor's cost).
 
-    `Ref` is a frozen dataclass without ``__post_init__``: the same object (the fast
-    path's differential test compares every plan's references with the general path's).
+    `Ref` is a frozen dataclass with slots and without ``__post_init__``: the same object
+    (the fast path's differential test compares every plan's references with the general
+    path's).
     """
     ref = object.__new__(Ref)
-    ref.__dict__.update(step=step, path=(), hint=None, raw=raw, whole_value=True, location=loc)
+    _REF_STEP(ref, step)
+    _REF_PATH(ref, ())
+    _REF_HINT(ref, None)
+    _REF_RAW(ref, raw)
+    _REF_WHOLE(ref, True)
+    _REF_LOCATION(ref, loc)
     return ref
 
 
@@ -1418,16 +1438,22 @@ def _plain_step(m: re.Match[str], line: int) -> Step:
         explicit = tuple(sorted({int(d) for d in digits}))
     if not refs.issubset(explicit):
         raise _NotPlain  # the general path adds them with DEPENDENCY_ADDED
-    return build(Step, {
-        "id": int(sid),
-        "task": task.strip(),
-        "tool": tool,
-        "args": args,
-        "args_text": args_text,
-        "depends_on": explicit,
-        "explicit_deps": explicit,
-        "lines": (line, line + 3),
-    })
+    made = object.__new__(Step)  # `Step(...)` with these fields, as `_whole_ref` fills a Ref
+    _STEP_ID(made, int(sid))
+    _STEP_TASK(made, task.strip())
+    _STEP_TOOL(made, tool)
+    _STEP_ARGS(made, args)
+    _STEP_POSITIONAL(made, ())
+    _STEP_ARGS_VALID(made, True)
+    _STEP_ARGS_TEXT(made, args_text)
+    _STEP_SERVER(made, None)
+    _STEP_NO_TOOL(made, False)
+    _STEP_CUT_OFF(made, False)
+    _STEP_DEPENDS_ON(made, explicit)
+    _STEP_EXPLICIT_DEPS(made, explicit)
+    _STEP_EXPECTED_OUTPUT(made, None)
+    _STEP_LINES(made, (line, line + 3))
+    return made
 
 
 def _read_plain(text: str) -> Plan | None:
