@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 import planexec._fastpaths as _fastpaths
 
-__all__ = ["build", "cached"]
+__all__ = ["build", "cached", "frozen_slots"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -108,3 +108,21 @@ class cached(Generic[T, V]):  # noqa: N801 - used as a decorator, like `functool
         value = self.fn(obj)
         object.__setattr__(obj, self.name, value)
         return value
+
+
+def frozen_slots(cls: type[T]) -> type[T]:
+    """Put under ``@dataclass(frozen=True, slots=True)``: every assignment refused alike.
+
+    Python 3.11's frozen ``__setattr__`` and ``__delattr__`` compare ``type(self)`` with
+    the class as it was before ``slots=True`` made it anew: assigning or deleting a name
+    that is not a field then fails with `TypeError` (from ``super()``) instead of
+    `dataclasses.FrozenInstanceError`, as it does without slots. Their ``cls`` is made
+    the class that was made (nothing changes where it already is).
+    """
+    for name in ("__setattr__", "__delattr__"):
+        fn = vars(cls)[name]
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+            if var == "cls":
+                cell.cell_contents = cls
+    return cls
+
