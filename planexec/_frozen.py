@@ -44,8 +44,8 @@ def _fields(cls: type) -> _Fields:
         else:
             required.add(f.name)
     names = frozenset(f.name for f in dataclasses.fields(cls))
-    if "__slots__" in vars(cls):  # fields in slots, not in ``__dict__``: the constructor
-        names = frozenset()
+    if "__slots__" in vars(cls):  # its fields are slots, not in ``__dict__``
+        names = frozenset()  # no field is known here: the constructor builds it
     return plain, tuple(factories), frozenset(required), names, hasattr(cls, "__post_init__")
 
 
@@ -82,10 +82,7 @@ class cached(Generic[T, V]):  # noqa: N801 - used as a decorator, like `functool
     that lock buys nothing: two threads that race compute the same value, and either
     stays. Like ``cached_property`` (and as in Python 3.12), the value is stored in the
     instance's ``__dict__`` under the attribute's name, where later lookups find it
-    without calling this descriptor. It is stored through ``object.__setattr__``, not
-    through ``obj.__dict__``: reading ``__dict__`` makes the instance's attribute values
-    a dict of their own, one more object that the garbage collector walks as long as
-    the instance lives (a plan's steps: issue 29).
+    without calling this descriptor.
     """
 
     def __init__(self, fn: Callable[[T], V]) -> None:
@@ -105,8 +102,7 @@ class cached(Generic[T, V]):  # noqa: N801 - used as a decorator, like `functool
     def __get__(self, obj: T | None, owner: type | None = None) -> V | cached[T, V]:
         if obj is None:
             return self
-        value = self.fn(obj)
-        object.__setattr__(obj, self.name, value)
+        value = obj.__dict__[self.name] = self.fn(obj)
         return value
 
 

@@ -14,7 +14,10 @@ hashstep parser's fast path) and off (the general path).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
+import pickle
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +25,7 @@ from typing import Any
 import pytest
 
 import planexec._fastpaths as _fastpaths
+from planexec._frozen import build
 from planexec.parsing import hashstep, parse_plan
 from planexec.plan import Plan, Ref, Step, Template
 
@@ -137,10 +141,6 @@ def test_what_a_step_computes_on_first_read_is_all_it_adds() -> None:
 
 def test_a_slotted_step_is_the_value_it_was() -> None:
     # equality, hashing of its references, replace, pickling and copying are unchanged
-    import copy
-    import dataclasses
-    import pickle
-
     plan = parse_plan(_rich(5))
     step = plan.steps[3]
     assert pickle.loads(pickle.dumps(plan)) == plan
@@ -151,3 +151,13 @@ def test_a_slotted_step_is_the_value_it_was() -> None:
     ref = step.args["v"]
     assert isinstance(ref, Ref) and hash(ref) == hash(dataclasses.replace(ref))
     assert Step(id=1) == Step(id=1) and not hasattr(Step(id=1), "no_such_field")
+    # frozen as before, whatever the name (Python 3.11's slotted frozen dataclasses raise
+    # TypeError for a name that is not a field: `planexec._frozen.frozen_slots`)
+    for target, name in ((step, "id"), (step, "refs"), (step, "other"), (ref, "raw"),
+                         (ref, "other")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(target, name, 1)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(target, name)
+    # the frozen builder leaves a slotted class to its constructor
+    assert build(Step, {"id": 2, "task": "t"}) == Step(id=2, task="t")
