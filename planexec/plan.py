@@ -12,12 +12,12 @@ one or more embedded references, interpolated as text).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeAlias
 
-from planexec._frozen import frozen_slots
+from planexec._frozen import cached, frozen_slots
 
 __all__ = [
     "ArgValue",
@@ -211,17 +211,11 @@ class Diagnostic:
 
 
 class _Derived:
-    """The slots where a `Step` keeps what it computes from its fields, once computed.
+    """A base without slots: the ``__dict__`` of a slotted `Step`, for its `cached` values.
 
-    They stay empty until first read: `Step.__getattr__` (which Python calls only when
-    normal lookup fails, here an empty slot) computes the value and fills its slot, and
-    later reads are plain slot reads.
+    Made at the first `cached` value a step stores (the executor reads them), not before:
+    a parsed step keeps no dict.
     """
-
-    __slots__ = ("deps", "ref_args", "refs")
-    refs: tuple[Ref, ...]
-    deps: frozenset[int]
-    ref_args: Mapping[int, str]
 
 
 @frozen_slots
@@ -232,7 +226,7 @@ class Step(_Derived):
     # The fields are slots (issue 29): a plan keeps every step alive, and an instance
     # ``__dict__`` holding fourteen fields is a second object, three times the memory,
     # that each full collection of the garbage collector walks. What a step computes
-    # from its fields (`refs`, `deps`, `ref_args`) goes to the slots of `_Derived`.
+    # from its fields (`refs`, `deps`, `ref_args`) goes to the ``__dict__`` of `_Derived`.
 
     id: int
     """The step's number (``3`` for ``#Task3`` / ``#E3`` / ``3. tool(...)``)."""
@@ -289,20 +283,8 @@ class Step(_Derived):
         return self.tool is None and self.server is not None and not self.no_tool
 
     # A step is a value: what it knows of its own arguments is computed once, on first
-    # use, and kept in a slot (``replace`` makes a new step, which computes its own).
-
-    def __getattr__(self, name: str) -> Any:
-        """Compute `refs`, `deps` or `ref_args` on first read (only while its slot is empty).
-
-        Raises:
-            AttributeError: any other name, as for any missing attribute.
-        """
-        compute = _DERIVED.get(name)
-        if compute is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = compute(self)
-        object.__setattr__(self, name, value)  # two threads that race store equal values
-        return value
+    # use (`planexec._frozen.cached` stores it in the instance's ``__dict__``, beside
+    # the fields' slots; ``replace`` makes a new step, which computes its own).
 
     def each_ref(self) -> Iterator[Ref]:
         """Every reference in the step's arguments, in the order of `refs`, kept nowhere.
@@ -313,6 +295,32 @@ class Step(_Derived):
         yield from iter_refs(self.args)
         if self.positional:
             yield from iter_refs(self.positional)
+
+    @cached
+    def refs(self) -> tuple[Ref, ...]:
+        """Every reference in the step's arguments (keyword and positional)."""
+        found = tuple(iter_refs(self.args))  # (`each_ref`, without its generator)
+        return found + tuple(iter_refs(self.positional)) if self.positional else found
+
+    @cached
+    def deps(self) -> frozenset[int]:
+        """Every step this one waits for: ``depends_on`` ∪ ``explicit_deps`` ∪ referenced."""
+        return frozenset(self.depends_on).union(self.explicit_deps, (r.step for r in self.refs))
+
+    @cached
+    def ref_args(self) -> Mapping[int, str]:
+        """For each referenced step id, the first argument that refers to it.
+
+        Keyword arguments by name, positional ones as ``positional argument N``.
+        """
+        where: dict[int, str] = {}
+        for name, value in self.args.items():
+            for ref in iter_refs(value):
+                where.setdefault(ref.step, name)
+        for i, value in enumerate(self.positional):
+            for ref in iter_refs(value):
+                where.setdefault(ref.step, f"positional argument {i + 1}")
+        return where
 
     def to_dict(self) -> dict[str, Any]:
         """Return the step as JSON-ready data (the ``parse --json`` shape)."""
@@ -339,37 +347,6 @@ class Step(_Derived):
                 for r in self.refs
             ],
         }
-
-
-def _refs(step: Step) -> tuple[Ref, ...]:
-    """`Step.refs`: every reference in the step's arguments (keyword and positional)."""
-    return tuple(step.each_ref())
-
-
-def _deps(step: Step) -> frozenset[int]:
-    """`Step.deps`: every step it waits for: ``depends_on`` ∪ ``explicit_deps`` ∪ referenced."""
-    return frozenset(step.depends_on).union(step.explicit_deps, (r.step for r in step.refs))
-
-
-def _ref_args(step: Step) -> Mapping[int, str]:
-    """`Step.ref_args`: for each referenced step id, the first argument that refers to it.
-
-    Keyword arguments by name, positional ones as ``positional argument N``.
-    """
-    where: dict[int, str] = {}
-    for name, value in step.args.items():
-        for ref in iter_refs(value):
-            where.setdefault(ref.step, name)
-    for i, value in enumerate(step.positional):
-        for ref in iter_refs(value):
-            where.setdefault(ref.step, f"positional argument {i + 1}")
-    return where
-
-
-_DERIVED: dict[str, Callable[[Step], Any]] = {
-    "refs": _refs, "deps": _deps, "ref_args": _ref_args,
-}
-"""What `Step.__getattr__` computes, by slot of `_Derived`."""
 
 
 @dataclass(frozen=True)
