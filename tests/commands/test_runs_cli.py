@@ -315,6 +315,7 @@ async def test_the_timeline_shows_each_arguments_provenance(
         )
         for result in (filled, guessed):
             await bus.emit(StepFinished(run_id="prov", result=result))
+        await store.flush()  # results ride with the next commit
         _, bars = timeline_bars(store, "prov")
     by_step = {b.label: b for b in bars if b.label.startswith("v1 #")}
     assert by_step["v1 #1 read"].provenance == (
