@@ -95,6 +95,7 @@ from planexec.store.rows import from_data as _from_data
 __all__ = [
     "DURABILITY",
     "FLUSHED_EVENTS",
+    "LOOP_FLUSH_LIMIT",
     "MIGRATIONS",
     "RESULT_DELAY",
     "SCHEMA_VERSION",
