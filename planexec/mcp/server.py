@@ -13,7 +13,9 @@ JSON schemas for its input and its output:
   paused ``WAITING_APPROVAL`` and continue it (docs/approval.md). With approval on
   (``approval.enabled`` in the config), ``execute_plan`` and ``ask`` never block on a
   person: they return the run paused, with ``pending_approval`` (each waiting step, its
-  resolved arguments and how each was resolved). These tools see the same runs as
+  resolved arguments, how each was resolved and its ``request_key``, which
+  ``approve_step`` / ``reject_step`` take so a decision lands only on the request the
+  client saw). These tools see the same runs as
   ``get_run``.
 
 With ``expose_tools=True`` it also re-exposes the underlying tools themselves
@@ -178,6 +180,13 @@ CancelReason = Annotated[
 Reason = Annotated[str, Field(min_length=1, description="Why the step is rejected (the "
                               "planner is told).")]
 """The ``reason`` input of ``reject_step``."""
+RequestKey = Annotated[
+    str | None,
+    Field(description="The request_key of the pending_approval entry decided about: when "
+          "the step has asked again since (other arguments, tool or plan version), nothing "
+          "is recorded and the call fails. Omit to decide whatever the step waits on now."),
+]
+"""The ``request_key`` input of ``approve_step`` and ``reject_step``."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -252,6 +261,10 @@ class PendingApprovalOut(BaseModel):
         description="How each argument was resolved: literal, reference, path, llm, ...",
     )
     reason: str = Field(default="", description="Why the step needs approval.")
+    request_key: str = Field(
+        description="The key of this request: pass it to approve_step / reject_step so the "
+        "decision lands only on this request, not on one the step asks later."
+    )
 
 
 class ExecutePlanResult(BaseModel):
@@ -541,11 +554,13 @@ def _parse(text: str, dialect: str, catalog: ToolCatalog | None = None) -> Plan:
 
 def _pending_out(requests: Iterable[Any]) -> list[PendingApprovalOut]:
     """`planexec.approval.ApprovalRequest` objects as MCP outputs."""
+    from planexec.runs import request_key
+
     return [
         PendingApprovalOut(
             step_id=r.step_id, plan_version=r.plan_version, tool=r.tool,
             args=jsonable(r.args), resolution={k: str(v) for k, v in r.resolution.items()},
-            reason=r.reason,
+            reason=r.reason, request_key=request_key(r),
         )
         for r in requests
     ]
@@ -1117,14 +1132,16 @@ def build_server(
             )
 
     async def decide(
-        run_id: str, step: int, decision: Any, tool: str, ctx: Any
+        run_id: str, step: int, decision: Any, tool: str, ctx: Any, seen: str | None
     ) -> DecisionResult:
         from planexec.errors import ApprovalError, RunNotFoundError
         from planexec.runs import decide_step, waiting_steps
 
         visible(run_id, tool, ctx)
         try:
-            decided = await decide_step(store, run_id, step, decision, catalog=catalog)
+            decided = await decide_step(
+                store, run_id, step, decision, catalog=catalog, seen=seen
+            )
         except RunNotFoundError as exc:
             raise ToolError(f"no run with id {run_id!r} in the store") from exc
         except ApprovalError as exc:
@@ -1150,13 +1167,16 @@ def build_server(
         ctx: Context,
         args: EditedArgs = None,
         by: DecidedBy = "mcp client",
+        request_key: RequestKey = None,
     ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
         from planexec.approval import ApprovalDecision
 
         decision = (
             ApprovalDecision.edit(args, by=by) if args else ApprovalDecision.approve(by=by)
         )
-        return _model_result(await decide(run_id, step, decision, "approve_step", ctx))
+        return _model_result(
+            await decide(run_id, step, decision, "approve_step", ctx, request_key)
+        )
 
     @register(
         description=(
@@ -1172,13 +1192,16 @@ def build_server(
         reason: Reason,
         ctx: Context,
         by: DecidedBy = "mcp client",
+        request_key: RequestKey = None,
     ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
         from planexec.approval import ApprovalDecision
 
         if not reason.strip():
             raise ToolError("the reason is empty: say why (the planner is told)")
         decision = ApprovalDecision.reject(reason, by=by)
-        return _model_result(await decide(run_id, step, decision, "reject_step", ctx))
+        return _model_result(
+            await decide(run_id, step, decision, "reject_step", ctx, request_key)
+        )
 
     @register(
         description=(
