@@ -426,7 +426,7 @@ async def test_show_prints_each_waiting_requests_key_and_a_decision_with_a_stale
     assert now.args["amount"] == 500
     for decide in (["approve"], ["reject", "--reason", "no"]):
         assert await _in_thread(["runs", *decide[:1], "pay", "1", *decide[1:],
-                                 "--seen", seen]) != 0
+                                 "--seen", seen]) == 2
         assert request_key(now) in capsys.readouterr().err  # the key to decide the new one
     with SQLiteRunStore(store_path) as store:
         assert waiting_steps(store, "pay") == [now]  # still open: nothing recorded
