@@ -376,6 +376,11 @@ class GetRunResult(BaseModel):
     next_offset: int | None = Field(
         description="The offset of the next page, or null when this page is the last."
     )
+    pending_approval: list[PendingApprovalOut] = Field(
+        default_factory=list,
+        description="Steps of the run waiting for a decision now, each with its "
+        "request_key (approve_step / reject_step).",
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1266,8 +1271,9 @@ def build_server(
 
     @register(
         description=(
-            "Return a recorded run (question, plans, answer, usage) and a page of its step "
-            "results from the run store by its id: a run this server made with execute_plan "
+            "Return a recorded run (question, plans, answer, usage), a page of its step "
+            "results and its steps waiting for approval (pending_approval, each with its "
+            "request_key) from the run store by its id: a run this server made with execute_plan "
             "or ask (unless it was started with --all-runs). Page with offset and limit: "
             "next_offset is the offset of the next page (null after the last). Needs the "
             "server to have a run store."
@@ -1370,6 +1376,7 @@ async def _load_run(store: Any, run_id: str, offset: int, limit: int) -> GetRunR
     by plan version, then plan order, and paged within what is left of the budget.
     """
     from planexec.errors import RunNotFoundError
+    from planexec.runs import waiting_steps
 
     required = ("get_run", "plans", "step_results")
     if not all(callable(getattr(store, m, None)) for m in required):
@@ -1383,13 +1390,15 @@ async def _load_run(store: Any, run_id: str, offset: int, limit: int) -> GetRunR
             raise ToolError(f"no run with id {run_id!r} in the store") from exc
         if record is None:
             raise ToolError(f"no run with id {run_id!r} in the store")
-        return _run_page(record, plans, steps, offset, limit)
+        pending = _pending_out(waiting_steps(store, run_id))
+        return _run_page(record, plans, steps, offset, limit, pending)
 
     return await anyio.to_thread.run_sync(read)
 
 
 def _run_page(
-    record: Any, plans: Sequence[Any], steps: Sequence[Any], offset: int, limit: int
+    record: Any, plans: Sequence[Any], steps: Sequence[Any], offset: int, limit: int,
+    pending: list[PendingApprovalOut],
 ) -> GetRunResult:
     run = jsonable(record.to_dict())
     if _json_size(run) > RESULT_BUDGET_BYTES // 4:
@@ -1415,7 +1424,9 @@ def _run_page(
         steps,
         key=lambda s: (s.plan_version, order.get(s.plan_version, {}).get(s.result.step_id, 0)),
     )
-    budget = max(RESULT_BUDGET_BYTES - _json_size([run, plan_docs]), RESULT_BUDGET_BYTES // 4)
+    waiting = [p.model_dump(mode="json") for p in pending]
+    budget = max(RESULT_BUDGET_BYTES - _json_size([run, plan_docs, waiting]),
+                 RESULT_BUDGET_BYTES // 4)
     window = (jsonable(s.to_dict()) for s in steps[offset : offset + limit])
     page = _fit(window, limit, budget)
     end = offset + len(page)
@@ -1424,6 +1435,7 @@ def _run_page(
         offset=offset,
         steps_total=len(steps),
         next_offset=end if end < len(steps) else None,
+        pending_approval=pending,
     )
 
 

@@ -213,8 +213,12 @@ async def test_a_decision_with_the_key_of_a_request_the_step_replaced_is_refused
             assert stale.is_error and request_key(now) in stale.content[0].text
         assert waiting_steps(store, run_id) == [now]  # nothing recorded
         assert not [e for e in store.events(run_id) if e["type"] == "ApprovalDecided"]
+        read = await client.call_tool("get_run", {"run_id": run_id})  # what waits now
+        assert read.structured_content is not None
+        [fresh] = read.structured_content["pending_approval"]
+        assert (fresh["args"], fresh["request_key"]) == (again, request_key(now))
         ok = await client.call_tool(
-            "approve_step", {"run_id": run_id, "step": 2, "request_key": request_key(now)}
+            "approve_step", {"run_id": run_id, "step": 2, "request_key": fresh["request_key"]}
         )
         assert not ok.is_error and ok.structured_content is not None
         assert ok.structured_content["args"] == again
