@@ -205,10 +205,11 @@ class StepFinished(Event):
     """Whether the step made no call of a tool that is not safe (a reasoning step, a
     safe tool's calls, a step that failed before its call).
 
-    Losing such a result to a crash only makes resume run the step again, so a run
-    store may let it ride with its next commit (`planexec.store.base.is_checkpoint`);
-    the result of a step that called an unsafe tool is committed before the handler
-    returns. False (the default) when not known.
+    Losing such a result to a crash only makes resume run the step again; losing the
+    result of a step that called an unsafe tool makes that call's outcome unknown on
+    resume (never made again without a decision). Every result rides with its store's
+    next commit (`planexec.store.base.is_checkpoint`). False (the default) when not
+    known.
     """
 
 

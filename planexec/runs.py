@@ -50,6 +50,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import time
 import uuid
@@ -126,6 +128,7 @@ __all__ = [
     "hold_lease",
     "plan_resume",
     "recorded_tool_source",
+    "request_key",
     "resume_run",
     "run_from_store",
     "tool_source",
@@ -698,7 +701,7 @@ async def decide_step(
     decision: ApprovalDecision,
     *,
     catalog: Any = None,
-    seen: ApprovalRequest | None = None,
+    seen: ApprovalRequest | str | None = None,
 ) -> ApprovalDecision:
     """Record a person's decision about a waiting step (``planexec runs approve|reject``).
 
@@ -709,7 +712,8 @@ async def decide_step(
     (checked in the plan's dialect and validated against the tool's schema, from
     ``catalog``; the gate checks them again before the call).
 
-    ``seen`` is the request the person decided about (as `waiting_steps` gave it): when
+    ``seen`` is the request the person decided about (as `waiting_steps` gave it), or its
+    `request_key` (what a page, ``planexec runs show`` or an MCP client carried): when
     the step has asked again since (another plan version, tool, server or arguments),
     nothing is recorded (``ApprovalError``), so a decision never lands on a call nobody
     saw. Without it, the step's request waiting now is decided.
@@ -726,11 +730,12 @@ async def decide_step(
         ValueError: a ``defer`` decision (nothing to record).
     """
     request = waiting_request(store, run_id, step_id)
-    if seen is not None and _call_of(seen) != _call_of(request):
+    if seen is not None and _key_of(seen) != request_key(request):
         raise ApprovalError(
             f"step {step_id} of run {run_id} asked again since the request you decided "
             f"(now: tool {request.tool!r}, plan version {request.plan_version}, arguments "
-            f"{request.args!r}): look at the new request and decide again; nothing was recorded"
+            f"{request.args!r}, key {request_key(request)}): look at the new request and "
+            "decide again; nothing was recorded"
         )
     final: dict[str, Any] | None = None
     if decision.action is ApprovalAction.DEFER:
@@ -770,6 +775,23 @@ async def decide_step(
 def _call_of(request: ApprovalRequest) -> tuple[int, str, str | None, str]:
     """What a request asks about: its plan version, tool, server and argument digest."""
     return (request.plan_version, request.tool, request.server, args_digest(request.args))
+
+
+def request_key(request: ApprovalRequest) -> str:
+    """The opaque, stable key of what a waiting step asks (for ``decide_step(seen=...)``).
+
+    Short hex of a sha256 over exactly what a decision must match: the plan version,
+    tool, server and argument digest. Show it with the request and send it back with
+    the decision: when the step has asked again since, the keys differ and nothing is
+    recorded.
+    """
+    text = json.dumps(list(_call_of(request)), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _key_of(seen: ApprovalRequest | str) -> str:
+    """The key a decider saw: given as such, or of the request it was shown."""
+    return seen if isinstance(seen, str) else request_key(seen)
 
 
 # ------------------------------------------------------------- recorded execution

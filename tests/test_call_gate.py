@@ -21,7 +21,7 @@ from planexec.config import AgentConfig
 from planexec.errors import ApprovalError
 from planexec.events import Event, FallbackUsed
 from planexec.results import RunStatus, StepStatus
-from planexec.runs import decide_step, resume_run, waiting_steps
+from planexec.runs import decide_step, request_key, resume_run, waiting_steps
 from planexec.store import MemoryRunStore
 from planexec.testing import FunctionModel, ModelCall, StreamingModel, fake_tool
 from planexec.tools import ToolCatalog
@@ -407,3 +407,50 @@ async def test_a_decision_about_a_request_the_step_replaced_is_not_recorded() ->
                              seen=now) is not None  # what she saw now: recorded
     assert waiting_steps(store, "r10") == []
     assert calls(tools["close_account"]) == [] and calls(tools["pay"]) == []
+
+
+async def test_a_decision_by_the_key_of_a_request_the_step_replaced_is_not_recorded() -> None:
+    """Ann read the key of step 1's request to pay bob 5 (``runs show``, a page, an MCP
+    client); a resume re-asked it to pay bob 500. Her approval, sent with the key she
+    read, must not approve the 500: nothing is recorded; with the new key it is."""
+    tools = bank()
+    store = MemoryRunStore()
+    agent = selecting_agent(FunctionModel(function=Selector([
+        {"tool": "pay", "args": {"amount": 5, "to": "bob"}},
+        {"tool": "pay", "args": {"amount": 500, "to": "bob"}},
+    ])), tools, store)
+    await asyncio.wait_for(agent.execute_plan(AGENT_ONLY, run_id="r11"), BOUND)
+    [shown] = waiting_steps(store, "r11")
+    seen = request_key(shown)
+    assert seen == request_key(shown) and isinstance(seen, str)  # stable, opaque text
+    await asyncio.wait_for(resume_run(agent, store, "r11"), BOUND)  # re-asked meanwhile
+    with pytest.raises(ApprovalError):
+        await decide_step(store, "r11", 1, ApprovalDecision.approve(by="ann"), seen=seen)
+    [now] = waiting_steps(store, "r11")  # nothing recorded: the new request still open
+    assert (now.tool, now.args["amount"]) == ("pay", 500) and request_key(now) != seen
+    assert not [e for e in store.events("r11") if e["type"] == "ApprovalDecided"]
+    decided = await decide_step(store, "r11", 1, ApprovalDecision.reject("too much", by="ann"),
+                                seen=request_key(now))
+    assert decided.reason == "too much" and waiting_steps(store, "r11") == []
+    assert calls(tools["pay"]) == []
+
+
+def test_a_request_key_changes_with_what_a_decision_must_match_and_only_with_that() -> None:
+    import dataclasses
+
+    base = ApprovalRequest(run_id="r", plan_version=1, step_id=1, tool="pay",
+                           args={"amount": 5, "to": "bob"}, server="bank", reason="destructive")
+    same = [
+        dataclasses.replace(base, args={"to": "bob", "amount": 5}),  # key order: same call
+        dataclasses.replace(base, reason="another rule", requested_at=0.0),
+    ]
+    other = [
+        dataclasses.replace(base, plan_version=2),
+        dataclasses.replace(base, tool="close_account"),
+        dataclasses.replace(base, server="other-bank"),
+        dataclasses.replace(base, server=None),
+        dataclasses.replace(base, args={"amount": 500, "to": "bob"}),
+        dataclasses.replace(base, args={"amount": "5", "to": "bob"}),
+    ]
+    assert {request_key(r) for r in same} == {request_key(base)}
+    assert len({request_key(r) for r in [base, *other]}) == 1 + len(other)

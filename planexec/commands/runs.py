@@ -250,6 +250,11 @@ def _register_decisions(sub: Any) -> None:
     ap.add_argument("step", type=int, metavar="STEP", help="the step number")
     ap.add_argument("--args", metavar="JSON", help="edited arguments, a JSON object")
     ap.add_argument("--by", metavar="NAME", help="who decides (default: the user name)")
+    ap.add_argument(
+        "--seen", metavar="KEY",
+        help="the key of the request you decided about (`planexec runs show RUN_ID` prints "
+        "it): when the step has asked again since, nothing is recorded",
+    )
     add_tool_arguments(ap)
     add_store_arguments(ap, allow_disable=False)
     ap.set_defaults(func=cmd_approve)
@@ -265,6 +270,11 @@ def _register_decisions(sub: Any) -> None:
     rj.add_argument("step", type=int, metavar="STEP", help="the step number")
     rj.add_argument("--reason", required=True, metavar="TEXT", help="why (the planner sees it)")
     rj.add_argument("--by", metavar="NAME", help="who decides (default: the user name)")
+    rj.add_argument(
+        "--seen", metavar="KEY",
+        help="the key of the request you decided about (`planexec runs show RUN_ID` prints "
+        "it): when the step has asked again since, nothing is recorded",
+    )
     add_store_arguments(rj, allow_disable=False)
     rj.set_defaults(func=cmd_reject)
 
@@ -470,7 +480,7 @@ def waiting_message(
 
 def _approvals(store: RunStore, run_id: str) -> dict[str, Any]:
     """A run's approval requests still waiting, and every decision recorded."""
-    from planexec.runs import waiting_steps
+    from planexec.runs import request_key, waiting_steps
 
     decisions = [
         {k: e.get(k) for k in ("plan_version", "step_id", "action", "args", "edited",
@@ -479,7 +489,9 @@ def _approvals(store: RunStore, run_id: str) -> dict[str, Any]:
         if e.get("type") == "ApprovalDecided"
     ]
     return {
-        "waiting": [r.to_dict() for r in waiting_steps(store, run_id)],
+        "waiting": [
+            {**r.to_dict(), "request_key": request_key(r)} for r in waiting_steps(store, run_id)
+        ],
         "decisions": decisions,
     }
 
@@ -493,6 +505,7 @@ def _print_approvals(data: dict[str, Any]) -> None:
             print(f"  v{w['plan_version']} #{w['step_id']} {w['tool']}: {w['reason']}")
             print(f"      args: {snippet(to_json(w['args'], ensure_ascii=False), 200)}")
             print(f"      resolved: {how}")
+            print(f"      key: {w['request_key']} (decide with --seen {w['request_key']})")
     if approvals.get("decisions"):
         print("\napproval decisions:")
         for d in approvals["decisions"]:
@@ -856,30 +869,33 @@ async def _decide(
     from planexec.runs import decide_step
     from planexec.tools import ToolCatalog
 
+    seen = args.seen
     if not with_tools:
-        return 0, await decide_step(store, args.run_id, args.step, decision)
+        return 0, await decide_step(store, args.run_id, args.step, decision, seen=seen)
     async with open_tools(args) as tools:
         return 0, await decide_step(
-            store, args.run_id, args.step, decision, catalog=ToolCatalog(tools)
+            store, args.run_id, args.step, decision, catalog=ToolCatalog(tools), seen=seen
         )
 
 
 async def decide_recorded(
-    store: RunStore, run_id: str, step: int, decision: Any
+    store: RunStore, run_id: str, step: int, decision: Any, *, seen: str | None = None
 ) -> Any:
     """Record a decision as ``planexec runs approve|reject`` does (the console's path).
 
     An edit is checked against the schema of the tool the run recorded (its tool
-    source, as ``runs resume`` finds it).
+    source, as ``runs resume`` finds it). ``seen``: the `planexec.runs.request_key` of
+    the request the person decided about (see `planexec.runs.decide_step`).
 
     Raises:
         RunNotFoundError: no such run.
-        ApprovalError: the step does not wait, or the edit does not fit the schema.
+        ApprovalError: the step does not wait, waits on another request than ``seen``,
+            or the edit does not fit the schema.
         ConfigError: an edit for a run that recorded no tool source.
     """
     from planexec.approval import ApprovalAction
 
-    args = argparse.Namespace(run_id=run_id, step=step, tools=None, mcp_config=None)
+    args = argparse.Namespace(run_id=run_id, step=step, tools=None, mcp_config=None, seen=seen)
     with_tools = decision.action is ApprovalAction.EDIT
     if with_tools:
         _resume_tool_options(args, store.get_run(run_id))

@@ -351,8 +351,18 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
             return HTMLResponse(_html.error_page(404, f"no run {run_id!r}"), 404)
         except ApprovalError as exc:
             return HTMLResponse(_html.error_page(409, str(exc)), 409)
-        request_data = {**waiting.to_dict(), "args_schema": await schema_of(waiting)}
+        request_data = await shown(waiting)
         return _html_response(request, _html.approval_page(request_data, csrf=csrf[0]), csrf)
+
+    async def shown(waiting: Any) -> dict[str, Any]:
+        """What the approval page shows of a request: with its schema and its key."""
+        from planexec.runs import request_key
+
+        return {
+            **waiting.to_dict(),
+            "args_schema": await schema_of(waiting),
+            "request_key": request_key(waiting),
+        }
 
     async def schema_of(waiting: Any) -> Any:
         """The waiting tool's schema, from the tools the run recorded (or why it is not shown)."""
@@ -394,9 +404,16 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
                     decision = ApprovalDecision.edit(edits, by=by)
                 else:
                     problems.append("the edited arguments must be a JSON object of names to values")
+        seen = form.get("seen", "")
+        if not seen:  # what the person saw is unknown: deciding would guess it
+            problems.append(
+                "the form did not say which request it decides (the approval page's forms "
+                "send its key): look at the request below and decide again"
+            )
+            decision = None
         if decision is not None:
             try:
-                await decide_recorded(store, run_id, step, decision)
+                await decide_recorded(store, run_id, step, decision, seen=seen)
             except ApprovalError as exc:
                 problems += list(exc.problems) or [str(exc)]
             except RunNotFoundError:
@@ -412,7 +429,7 @@ def create_app(settings: ConsoleSettings) -> Callable[[Scope, Receive, Send], Aw
             return HTMLResponse(_html.error_page(409, str(exc)), 409)
         csrf = _csrf(request)
         body = _html.approval_page(
-            {**waiting.to_dict(), "args_schema": await schema_of(waiting)},
+            await shown(waiting),
             csrf=csrf[0],
             problems=problems,
             edited_text=form.get("args", ""),

@@ -351,7 +351,11 @@ def approval_page(
     edited_text: str = "",
     reason_text: str = "",
 ) -> str:
-    """A waiting step: the request, and the approve / edit / reject forms."""
+    """A waiting step: the request, and the approve / edit / reject forms.
+
+    Each form carries the request's ``request_key`` (`planexec.runs.request_key`), so a
+    decision lands only on the request shown here.
+    """
     rid, sid = esc(request["run_id"]), int(request["step_id"])
     shown = list(problems)
     errors = (
@@ -365,7 +369,10 @@ def approval_page(
         f"<li><code>{esc(k)}</code>: {esc(v)}</li>"
         for k, v in (request.get("resolution") or {}).items()
     )
-    hidden = f'<input type=hidden name=csrf value="{esc(csrf)}">'
+    hidden = (
+        f'<input type=hidden name=csrf value="{esc(csrf)}">'
+        f'<input type=hidden name=seen value="{esc(request["request_key"])}">'
+    )
     base = f"/runs/{rid}/steps/{sid}"
     main = (
         f'<p><a href="/runs/{rid}">← run {rid}</a></p>'

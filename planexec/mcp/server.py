@@ -13,7 +13,9 @@ JSON schemas for its input and its output:
   paused ``WAITING_APPROVAL`` and continue it (docs/approval.md). With approval on
   (``approval.enabled`` in the config), ``execute_plan`` and ``ask`` never block on a
   person: they return the run paused, with ``pending_approval`` (each waiting step, its
-  resolved arguments and how each was resolved). These tools see the same runs as
+  resolved arguments, how each was resolved and its ``request_key``, which
+  ``approve_step`` / ``reject_step`` take so a decision lands only on the request the
+  client saw). These tools see the same runs as
   ``get_run``.
 
 With ``expose_tools=True`` it also re-exposes the underlying tools themselves
@@ -178,6 +180,13 @@ CancelReason = Annotated[
 Reason = Annotated[str, Field(min_length=1, description="Why the step is rejected (the "
                               "planner is told).")]
 """The ``reason`` input of ``reject_step``."""
+RequestKey = Annotated[
+    str | None,
+    Field(description="The request_key of the pending_approval entry decided about: when "
+          "the step has asked again since (other arguments, tool or plan version), nothing "
+          "is recorded and the call fails. Omit to decide whatever the step waits on now."),
+]
+"""The ``request_key`` input of ``approve_step`` and ``reject_step``."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -252,6 +261,10 @@ class PendingApprovalOut(BaseModel):
         description="How each argument was resolved: literal, reference, path, llm, ...",
     )
     reason: str = Field(default="", description="Why the step needs approval.")
+    request_key: str = Field(
+        description="The key of this request: pass it to approve_step / reject_step so the "
+        "decision lands only on this request, not on one the step asks later."
+    )
 
 
 class ExecutePlanResult(BaseModel):
@@ -362,6 +375,11 @@ class GetRunResult(BaseModel):
     steps_total: int = Field(description="How many step results the run has.")
     next_offset: int | None = Field(
         description="The offset of the next page, or null when this page is the last."
+    )
+    pending_approval: list[PendingApprovalOut] = Field(
+        default_factory=list,
+        description="Steps of the run waiting for a decision now, each with its "
+        "request_key (approve_step / reject_step).",
     )
 
 
@@ -541,11 +559,13 @@ def _parse(text: str, dialect: str, catalog: ToolCatalog | None = None) -> Plan:
 
 def _pending_out(requests: Iterable[Any]) -> list[PendingApprovalOut]:
     """`planexec.approval.ApprovalRequest` objects as MCP outputs."""
+    from planexec.runs import request_key
+
     return [
         PendingApprovalOut(
             step_id=r.step_id, plan_version=r.plan_version, tool=r.tool,
             args=jsonable(r.args), resolution={k: str(v) for k, v in r.resolution.items()},
-            reason=r.reason,
+            reason=r.reason, request_key=request_key(r),
         )
         for r in requests
     ]
@@ -1117,14 +1137,16 @@ def build_server(
             )
 
     async def decide(
-        run_id: str, step: int, decision: Any, tool: str, ctx: Any
+        run_id: str, step: int, decision: Any, tool: str, ctx: Any, seen: str | None
     ) -> DecisionResult:
         from planexec.errors import ApprovalError, RunNotFoundError
         from planexec.runs import decide_step, waiting_steps
 
         visible(run_id, tool, ctx)
         try:
-            decided = await decide_step(store, run_id, step, decision, catalog=catalog)
+            decided = await decide_step(
+                store, run_id, step, decision, catalog=catalog, seen=seen
+            )
         except RunNotFoundError as exc:
             raise ToolError(f"no run with id {run_id!r} in the store") from exc
         except ApprovalError as exc:
@@ -1150,13 +1172,16 @@ def build_server(
         ctx: Context,
         args: EditedArgs = None,
         by: DecidedBy = "mcp client",
+        request_key: RequestKey = None,
     ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
         from planexec.approval import ApprovalDecision
 
         decision = (
             ApprovalDecision.edit(args, by=by) if args else ApprovalDecision.approve(by=by)
         )
-        return _model_result(await decide(run_id, step, decision, "approve_step", ctx))
+        return _model_result(
+            await decide(run_id, step, decision, "approve_step", ctx, request_key)
+        )
 
     @register(
         description=(
@@ -1172,13 +1197,16 @@ def build_server(
         reason: Reason,
         ctx: Context,
         by: DecidedBy = "mcp client",
+        request_key: RequestKey = None,
     ) -> Annotated[mcp_types.CallToolResult, DecisionResult]:
         from planexec.approval import ApprovalDecision
 
         if not reason.strip():
             raise ToolError("the reason is empty: say why (the planner is told)")
         decision = ApprovalDecision.reject(reason, by=by)
-        return _model_result(await decide(run_id, step, decision, "reject_step", ctx))
+        return _model_result(
+            await decide(run_id, step, decision, "reject_step", ctx, request_key)
+        )
 
     @register(
         description=(
@@ -1243,8 +1271,9 @@ def build_server(
 
     @register(
         description=(
-            "Return a recorded run (question, plans, answer, usage) and a page of its step "
-            "results from the run store by its id: a run this server made with execute_plan "
+            "Return a recorded run (question, plans, answer, usage), a page of its step "
+            "results and its steps waiting for approval (pending_approval, each with its "
+            "request_key) from the run store by its id: a run this server made with execute_plan "
             "or ask (unless it was started with --all-runs). Page with offset and limit: "
             "next_offset is the offset of the next page (null after the last). Needs the "
             "server to have a run store."
@@ -1347,6 +1376,7 @@ async def _load_run(store: Any, run_id: str, offset: int, limit: int) -> GetRunR
     by plan version, then plan order, and paged within what is left of the budget.
     """
     from planexec.errors import RunNotFoundError
+    from planexec.runs import waiting_steps
 
     required = ("get_run", "plans", "step_results")
     if not all(callable(getattr(store, m, None)) for m in required):
@@ -1360,13 +1390,15 @@ async def _load_run(store: Any, run_id: str, offset: int, limit: int) -> GetRunR
             raise ToolError(f"no run with id {run_id!r} in the store") from exc
         if record is None:
             raise ToolError(f"no run with id {run_id!r} in the store")
-        return _run_page(record, plans, steps, offset, limit)
+        pending = _pending_out(waiting_steps(store, run_id))
+        return _run_page(record, plans, steps, offset, limit, pending)
 
     return await anyio.to_thread.run_sync(read)
 
 
 def _run_page(
-    record: Any, plans: Sequence[Any], steps: Sequence[Any], offset: int, limit: int
+    record: Any, plans: Sequence[Any], steps: Sequence[Any], offset: int, limit: int,
+    pending: list[PendingApprovalOut],
 ) -> GetRunResult:
     run = jsonable(record.to_dict())
     if _json_size(run) > RESULT_BUDGET_BYTES // 4:
@@ -1392,7 +1424,9 @@ def _run_page(
         steps,
         key=lambda s: (s.plan_version, order.get(s.plan_version, {}).get(s.result.step_id, 0)),
     )
-    budget = max(RESULT_BUDGET_BYTES - _json_size([run, plan_docs]), RESULT_BUDGET_BYTES // 4)
+    waiting = [p.model_dump(mode="json") for p in pending]
+    budget = max(RESULT_BUDGET_BYTES - _json_size([run, plan_docs, waiting]),
+                 RESULT_BUDGET_BYTES // 4)
     window = (jsonable(s.to_dict()) for s in steps[offset : offset + limit])
     page = _fit(window, limit, budget)
     end = offset + len(page)
@@ -1401,6 +1435,7 @@ def _run_page(
         offset=offset,
         steps_total=len(steps),
         next_offset=end if end < len(steps) else None,
+        pending_approval=pending,
     )
 
 

@@ -74,26 +74,29 @@ CHECKPOINT_EVENTS = frozenset(
 
 Other events (``StepStarted``, ``ArgResolved``, ``FallbackUsed``, ``LLMCalled`` ...)
 may be held in memory and committed with the run's next checkpoint event. So may the
-``ToolCallStarted`` of a safe tool and the ``StepFinished`` of a step that called no
-tool that is not safe.
+``ToolCallStarted`` of a safe tool and every ``StepFinished`` (a step's result).
 """
 
 
 def is_checkpoint(data: Mapping[str, Any]) -> bool:
     """Whether an encoded event (``{"type": ..., ...}``) is committed before ``handle`` returns.
 
-    Every type in `CHECKPOINT_EVENTS`, except two that carry ``"safe": true``:
+    Every type in `CHECKPOINT_EVENTS`, except:
 
-    - the ``ToolCallStarted`` of a safe tool (read-only or idempotent): resume runs such
-      a step again whether or not its call start was recorded;
-    - the ``StepFinished`` of a step that started no call of a tool that is not safe
-      (`planexec.events.StepFinished.safe`): a lost result only makes resume run the
-      step again, as if it had never finished. The next checkpoint commits it — the
-      next unsafe call start among them, so every result an unsafe call can depend on
-      is durable before that call — and a store may bound how long it waits
-      (`planexec.store.SQLiteRunStore`'s ``result_delay``).
+    - the ``ToolCallStarted`` of a safe tool (read-only or idempotent, ``"safe": true``):
+      resume runs such a step again whether or not its call start was recorded;
+    - every ``StepFinished``: a step's result rides with the next commit — the next
+      unsafe call start among them, so every result an unsafe call can depend on is
+      durable before that call — and a store bounds how long it waits
+      (`planexec.store.SQLiteRunStore`'s ``result_delay``). A lost result makes resume
+      run the step again when it called no tool that is not safe
+      (`planexec.events.StepFinished.safe`), and see a call whose outcome is unknown
+      when it did: the call start is durable, so that call is never made again without
+      a decision.
 
-    Both may ride along with a later commit instead of costing one each.
+    Both ride along with a later commit instead of costing one each. A store that
+    commits every result at once (``durability="full"``, ``result_delay=0``) makes
+    ``StepFinished`` a checkpoint again.
     """
     return checkpoint(data.get("type"), data.get("safe"))
 
@@ -103,9 +106,10 @@ def checkpoint(kind: object, safe: object) -> bool:
 
     For a store that decides from the event itself, before (or without) encoding it.
     """
-    if (kind == "ToolCallStarted" or kind == "StepFinished") and safe is True:
+    if kind == "StepFinished" or (kind == "ToolCallStarted" and safe is True):
         return False
     return kind in CHECKPOINT_EVENTS
+
 
 HOST = socket.gethostname()
 

@@ -15,7 +15,7 @@ host can be read, decided and resumed through another.
   so two hosts writing one run serialize on its row. Events are numbered by a sequence.
 - **Durability** (the ``durability`` argument, as SQLite's): `handle` commits checkpoint
   events (`planexec.store.base.is_checkpoint`) before it returns; other events ride along
-  with the next commit (a safe result waits at most ``result_delay`` seconds). A commit
+  with the next commit (a result waits at most ``result_delay`` seconds). A commit
   is a prefix of the queue: a recorded step's inputs are recorded too. Every commit is on
   the server when `handle` returns (it survives this process being killed); which
   commits wait for the server's WAL flush (``synchronous_commit = on``, surviving a
@@ -239,7 +239,7 @@ class PostgresRunStore(CompareAndSet["psycopg.Connection[Any]"]):
             for the server's WAL flush (see the module docstring).
         buffer_events: hold non-checkpoint events in memory until the next commit; False
             commits every event at once.
-        result_delay: the longest, in seconds, a safe step's result is held before it is
+        result_delay: the longest, in seconds, a step's result is held before it is
             committed (0: every result is a checkpoint, as with ``durability="full"``).
         connect_timeout: seconds to wait for the server when connecting.
         clock: the monotonic clock ``result_delay`` is measured with.

@@ -10,10 +10,9 @@
   connection; between processes SQLite's file lock does, with ``busy_timeout`` and then
   retries with exponential backoff and jitter on ``database is locked``.
 - **Durability**: `handle` commits checkpoint events (`planexec.store.base.is_checkpoint`:
-  ``PlanCreated``, the ``ToolCallStarted`` of an unsafe tool, the ``StepFinished`` of a
-  step that called an unsafe tool, approvals, ``RunFinished``, ...) before it returns.
-  Other events ride along with the next commit: a safe tool's call start, and the
-  result of a safe step (one that called no tool that is not safe), which waits at most
+  ``PlanCreated``, the ``ToolCallStarted`` of an unsafe tool, approvals,
+  ``RunFinished``, ...) before it returns. Other events ride along with the next
+  commit: a safe tool's call start, and every step's result, which waits at most
   ``result_delay`` seconds (`RESULT_DELAY`) — every result a later unsafe call can
   depend on is committed with that call's start, before the call. A commit takes the
   queue in order, so what is committed is always a prefix of the events: a recorded
@@ -25,11 +24,16 @@
   in one transaction. A commit that is not flushed runs on the calling thread when no
   other commit is in flight (a short transaction that never waits); when other steps
   are running, it waits for the end of the event loop's turn, so the results recorded
-  in that turn share it. A flushed commit, or one that finds a commit in flight or the
-  file locked, is left to the store's writer thread, which commits everything queued
-  meanwhile with one flush, waiting and retrying on locks: neither a disk flush nor a
-  lock wait blocks the event loop. The writer thread also runs the WAL checkpoints.
-  Reads are short and synchronous.
+  in that turn share it. A flushed commit runs on the calling thread too when no other
+  step of the store is running (a chain of unsafe calls: no thread hand-off per call)
+  and the store's last flushed commit took less than ``loop_flush_limit`` seconds
+  (`LOOP_FLUSH_LIMIT`, 1 ms): a disk that is slow to flush is measured and never
+  blocks the loop twice in a row. Any other flushed commit (call starts that begin
+  together, in a fan-out: one flush for all), and one that finds a commit in flight or
+  the file locked, is left to the store's writer thread, which commits everything
+  queued meanwhile with one flush, waiting and retrying on locks: a lock wait never
+  blocks the event loop. The writer thread also runs the WAL checkpoints. Reads are
+  short and synchronous.
 - **Cheap per event**: the store subscribes a synchronous observer that returns its
   commit only when there is one to wait for (`attach`); an event is encoded once, at
   once (a tool may change its arguments afterwards), straight to the JSON text of its
@@ -91,6 +95,7 @@ from planexec.store.rows import from_data as _from_data
 __all__ = [
     "DURABILITY",
     "FLUSHED_EVENTS",
+    "LOOP_FLUSH_LIMIT",
     "MIGRATIONS",
     "RESULT_DELAY",
     "SCHEMA_VERSION",
@@ -230,6 +235,9 @@ _CHECKPOINT_EVERY = 200
 
 RESULT_DELAY = 0.25
 """The default ``result_delay`` of `SQLiteRunStore`, in seconds."""
+
+LOOP_FLUSH_LIMIT = 0.001
+"""The default ``loop_flush_limit`` of `SQLiteRunStore`, in seconds."""
 
 DURABILITY = ("calls", "full", "process")
 """The durability modes of `SQLiteRunStore` (see its ``durability`` argument)."""
@@ -375,15 +383,18 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
             is still held after ``busy_timeout``.
         buffer_events: hold non-checkpoint events in memory until the next commit
             (fewer transactions); False commits every event at once.
-        result_delay: the longest, in seconds, that the result of a safe step (one that
-            called no tool that is not safe: `planexec.events.StepFinished.safe`) is
-            held in memory before it is committed, when no checkpoint commits it
-            sooner: what a crash of the process can lose of safe work (those steps run
-            again on resume). Checked when events arrive and by the writer thread. 0
-            commits every result before the handler returns, as ``durability="full"``
-            always does.
-        clock: the monotonic clock that ``result_delay`` is measured with (tests
-            give a fake one).
+        result_delay: the longest, in seconds, that a step's result is held in memory
+            before it is committed, when no checkpoint commits it sooner: what a crash
+            of the process can lose of finished work (on resume, a safe step runs
+            again; an unsafe call whose result was lost has an unknown outcome and is
+            not made again without a decision). Checked when events arrive and by the
+            writer thread. 0 commits every result before the handler returns, as
+            ``durability="full"`` always does.
+        loop_flush_limit: a flushed commit runs on the event loop's thread, when no
+            other step is running, only while the last flushed commit took less than
+            this many seconds; 0 leaves every flush to the writer thread.
+        clock: the monotonic clock that ``result_delay`` and flushes are measured with
+            (tests give a fake one).
     """
 
     def __init__(
@@ -395,6 +406,7 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         retries: int = 6,
         buffer_events: bool = True,
         result_delay: float = RESULT_DELAY,
+        loop_flush_limit: float = LOOP_FLUSH_LIMIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if durability not in DURABILITY:
@@ -403,12 +415,19 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
             )
         if not result_delay >= 0:
             raise StoreError(f"result_delay must be 0 or more seconds, not {result_delay!r}")
+        if not loop_flush_limit >= 0:
+            raise StoreError(
+                f"loop_flush_limit must be 0 or more seconds, not {loop_flush_limit!r}"
+            )
         self.path = Path(path)
         self.durability = durability
         self.busy_timeout = busy_timeout
         self.retries = retries
         self.buffer_events = buffer_events
         self.result_delay = float(result_delay)
+        self.loop_flush_limit = float(loop_flush_limit)
+        self._last_flush = 0.0
+        """Seconds the last flushed commit took (the loop's or the writer's)."""
         self._clock = clock
         self._strict_results = durability == "full" or self.result_delay == 0
         self._held_since: float | None = None
@@ -433,6 +452,7 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         self._ckpt: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
+        self._fast_sync = "NORMAL"
         self._conn_pid: int | None = None
         self._sync: str | None = None
         self._written: dict[int, Event] = {}
@@ -516,8 +536,8 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
             except (OSError, AttributeError):  # absent, not ours, or no getuid (Windows)
                 continue
 
-    def _fast_connection(self) -> sqlite3.Connection:
-        """A second connection that never waits for a lock and never flushes to disk."""
+    def _fast_connection(self, flush: bool = False) -> sqlite3.Connection:
+        """A second connection that never waits for a lock; its commits flush if ``flush``."""
         self._connection()
         if self._fast is None:
             try:
@@ -531,7 +551,11 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 fast.execute("PRAGMA wal_autocheckpoint = 0")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
-            self._fast = fast
+            self._fast, self._fast_sync = fast, "NORMAL"
+        mode = "FULL" if flush else "NORMAL"
+        if self._fast_sync != mode:
+            self._fast.execute(f"PRAGMA synchronous = {mode}")
+            self._fast_sync = mode
         return self._fast
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
@@ -634,7 +658,7 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         Which events are checkpoints: `planexec.store.base.is_checkpoint` (and, with
         ``durability="full"`` or ``result_delay=0``, every ``StepFinished``). Others are
         held in memory and committed in the same transaction as the next commit of any
-        run; a held safe result makes the queue due ``result_delay`` seconds later.
+        run; a held result makes the queue due ``result_delay`` seconds later.
         A commit that is not flushed to disk runs on the calling thread when no other
         commit is in flight (a short transaction that never waits); a flushed commit, or
         one that finds a commit in flight or the file locked, is left to the store's
@@ -657,6 +681,10 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         # the steps running but the one whose call starts (a result's step is done)
         others = self._running_total - (type(event) is ToolCallStarted)
         if waiter.flush:
+            # alone (a chain), a fast disk: flush here, saving two thread hand-offs; else
+            # the writer flushes, once for every call start queued meanwhile
+            if others <= 0 and self._commit_inline(flush=True):
+                return None
             self._wake_writer()
         elif others > 0:
             # other steps are running: the results they record in this turn of the loop
@@ -709,7 +737,7 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         """Queue an event; return what to wait for when it must be committed now.
 
         ``asynchronous``: the waiter gets a future of the running loop (else none: a
-        synchronous caller commits itself). A safe result (not due) starts the
+        synchronous caller commits itself). A result (not due) starts the
         ``result_delay`` clock if none is held yet; any event that arrives after the delay
         has run out makes the queue due.
         """
@@ -771,25 +799,31 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
             self._held_since = None
         return batch, waiters, flush and self.durability != "process"
 
-    def _commit_inline(self) -> bool:
-        """Commit the queue on the calling thread if that needs no wait and no flush.
+    def _commit_inline(self, flush: bool = False) -> bool:
+        """Commit the queue on the calling thread if that needs no wait.
 
         Returns False, leaving the queue to the writer thread, when another commit is in
         flight (in this process: ``_lock``; in another: the file's write lock) or the
-        queue holds an event whose commit is flushed.
+        queue holds an event whose commit is flushed to disk, unless ``flush`` allows it
+        and the last flushed commit took less than ``loop_flush_limit`` seconds.
         """
+        if flush and not self._last_flush < self.loop_flush_limit:
+            return False
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            taken = self._take(may_flush=False)
+            taken = self._take(may_flush=flush)
             if taken is None:
                 return False
-            batch, waiters, _ = taken
+            batch, waiters, flushed = taken
             if not batch:
                 _settle(waiters, None)
                 return True
             try:
-                self._write_batch(self._fast_connection(), batch)
+                started = self._clock()
+                self._write_batch(self._fast_connection(flushed), batch)
+                if flushed:
+                    self._last_flush = self._clock() - started
             except (sqlite3.Error, StoreError):
                 # locked by another process, or any trouble: the writer waits and retries
                 self._requeue(batch, waiters)
@@ -843,7 +877,10 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 self._write_batch(conn, batch)
 
             try:
+                started = self._clock()
                 self._retry(tx)
+                if flush:
+                    self._last_flush = self._clock() - started
             except BaseException as exc:
                 _settle(waiters, exc if isinstance(exc, Exception) else StoreError(
                     f"run store {self.path}: the commit was interrupted ({exc!r})"))
@@ -882,7 +919,7 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
     def _writer_loop(self) -> None:
         """Commit whatever is queued, batch after batch, until `close`.
 
-        Also commits held safe results once ``result_delay`` has run out, when no event
+        Also commits held results once ``result_delay`` has run out, when no event
         arrived to do it.
         """
         while True:

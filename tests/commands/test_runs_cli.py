@@ -315,6 +315,7 @@ async def test_the_timeline_shows_each_arguments_provenance(
         )
         for result in (filled, guessed):
             await bus.emit(StepFinished(run_id="prov", result=result))
+        await store.flush()  # results ride with the next commit
         _, bars = timeline_bars(store, "prov")
     by_step = {b.label: b for b in bars if b.label.startswith("v1 #")}
     assert by_step["v1 #1 read"].provenance == (
@@ -386,3 +387,54 @@ async def _in_thread(argv: list[str]) -> int:
     import asyncio
 
     return await asyncio.to_thread(main, argv)
+
+
+async def test_show_prints_each_waiting_requests_key_and_a_decision_with_a_stale_key_records_nothing(  # noqa: E501
+    store_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``runs show`` prints the key of what step 1 asks (pay bob 5); a resume re-asks it
+    (pay bob 500); ``runs approve|reject --seen`` with the key read first records nothing."""
+    from planexec.agent import PlanExecuteAgent
+    from planexec.config import AgentConfig
+    from planexec.runs import request_key, resume_run, waiting_steps
+    from planexec.testing import FunctionModel, fake_tool
+
+    picks = iter([{"amount": 5, "to": "bob"}, {"amount": 500, "to": "bob"}])
+
+    def select(call: Any, messages: Any) -> str:
+        return "done" if call.purpose == "answer" else json.dumps(
+            {"tool": "pay", "args": next(picks)}
+        )
+
+    pay = fake_tool("pay", {"paid": True}, args={"amount": int, "to": str})
+    pay.metadata = {**(pay.metadata or {}), "planexec": {"destructive": True, "server": "bank"}}
+    config = AgentConfig.from_dict({"model": {"retry": {"attempts": 1}},
+                                    "approval": {"enabled": True}})
+    with SQLiteRunStore(store_path) as store:
+        agent = PlanExecuteAgent(FunctionModel(function=select), [pay], config=config,
+                                 store=store)
+        await agent.execute_plan("#Task1: pay bob\n#Agent1: bank\n#Dependency1: None\n",
+                                 run_id="pay")
+        [first] = waiting_steps(store, "pay")
+    assert await _in_thread(["runs", "show", "pay"]) == 0
+    seen = request_key(first)
+    assert seen in capsys.readouterr().out
+    with SQLiteRunStore(store_path) as store:
+        agent.store = store
+        await resume_run(agent, store, "pay")  # step 1 asks again: 500
+        [now] = waiting_steps(store, "pay")
+    assert now.args["amount"] == 500
+    for decide in (["approve"], ["reject", "--reason", "no"]):
+        assert await _in_thread(["runs", *decide[:1], "pay", "1", *decide[1:],
+                                 "--seen", seen]) == 2
+        assert request_key(now) in capsys.readouterr().err  # the key to decide the new one
+    with SQLiteRunStore(store_path) as store:
+        assert waiting_steps(store, "pay") == [now]  # still open: nothing recorded
+        assert not [e for e in store.events("pay") if e["type"] == "ApprovalDecided"]
+    assert await _in_thread(["runs", "show", "pay"]) == 0
+    assert request_key(now) in capsys.readouterr().out
+    assert await _in_thread(["runs", "approve", "pay", "1", "--seen", request_key(now)]) == 0
+    with SQLiteRunStore(store_path) as store:
+        [decided] = [e for e in store.events("pay") if e["type"] == "ApprovalDecided"]
+        assert decided["args"] == {"amount": 500, "to": "bob"}
+    assert pay.metadata["calls"].calls == []  # type: ignore[index]

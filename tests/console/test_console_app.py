@@ -16,6 +16,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from planexec.console import ConsoleSettings, create_app  # noqa: E402
 from planexec.console._app import _fingerprint  # noqa: E402
+from planexec.runs import request_key, waiting_request  # noqa: E402
 from planexec.store import SQLiteRunStore  # noqa: E402
 
 HOST = "testserver"
@@ -38,6 +39,37 @@ def csrf_of(page: str) -> str:
     found = re.search(r'name=csrf value="([^"]+)"', page)
     assert found, "the page has no form with a CSRF token"
     return found.group(1)
+
+
+def seen_of(page: str) -> str:
+    """The request key an approval page's forms send (what the person looked at)."""
+    keys = set(re.findall(r'name=seen value="([^"]+)"', page))
+    assert len(keys) == 1 and len(re.findall(r"name=seen ", page)) == 3, (
+        "each of the page's three forms carries the key of the request shown"
+    )
+    return keys.pop()
+
+
+def form_of(page: str, **fields: str) -> dict[str, str]:
+    """What an approval page's form posts: its CSRF token, its request key, ``fields``."""
+    return {"csrf": csrf_of(page), "seen": seen_of(page), **fields}
+
+
+def ask_again(store: SQLiteRunStore, run_id: str, step: int, args: dict[str, object]) -> None:
+    """The step asks again with other arguments (a replan, another process resuming)."""
+    from planexec.store.base import ApprovalRecord
+    from planexec.store.codec import args_digest
+
+    [first] = [r for r in store.approval_requests(run_id) if r.step_id == step]
+    store.open_request(ApprovalRecord(
+        run_id=run_id, plan_version=first.plan_version, step_id=step, tool=first.tool,
+        server=first.server, args=dict(args), digest=args_digest(dict(args)),
+        reason=first.reason, opened_at=first.opened_at + 1,
+    ))
+
+
+def decided(store: SQLiteRunStore, run_id: str) -> list[dict[str, object]]:
+    return [e for e in store.events(run_id) if e["type"] == "ApprovalDecided"]
 
 
 def test_the_runs_page_lists_waiting_runs_first_and_filters_by_status(
@@ -93,7 +125,7 @@ def test_an_edit_that_breaks_the_schema_is_refused_with_the_errors_and_records_n
     page = client.get(f"/runs/{recorded.pay}/steps/2").text
     refused = client.post(
         f"/runs/{recorded.pay}/steps/2/edit",
-        data={"csrf": csrf_of(page), "args": '{"amount": 5000}'},
+        data=form_of(page, args='{"amount": 5000}'),
         follow_redirects=False,
     )
     assert refused.status_code == 422
@@ -109,7 +141,7 @@ def test_an_accepted_edit_is_recorded_as_the_cli_records_it(
     page = client.get(f"/runs/{recorded.pay}/steps/2").text
     done = client.post(
         f"/runs/{recorded.pay}/steps/2/edit",
-        data={"csrf": csrf_of(page), "args": '{"amount": 250}'},
+        data=form_of(page, args='{"amount": 250}'),
         follow_redirects=False,
     )
     assert done.status_code == 303
@@ -135,13 +167,13 @@ def test_a_reject_needs_a_reason_and_then_is_recorded(
     page = client.get(f"/runs/{recorded.close}/steps/1").text
     empty = client.post(
         f"/runs/{recorded.close}/steps/1/reject",
-        data={"csrf": csrf_of(page), "reason": "  "},
+        data=form_of(page, reason="  "),
         follow_redirects=False,
     )
     assert empty.status_code == 422
     done = client.post(
         f"/runs/{recorded.close}/steps/1/reject",
-        data={"csrf": csrf_of(page), "reason": "wrong account"},
+        data=form_of(page, reason="wrong account"),
         follow_redirects=False,
     )
     assert done.status_code == 303
@@ -155,9 +187,45 @@ def test_the_live_fingerprint_changes_when_a_decision_is_recorded(
     before_run, before_all = _fingerprint(store, recorded.close), _fingerprint(store, None)
     client = client_for(store)
     page = client.get(f"/runs/{recorded.close}/steps/1").text
-    client.post(f"/runs/{recorded.close}/steps/1/approve", data={"csrf": csrf_of(page)})
+    client.post(f"/runs/{recorded.close}/steps/1/approve", data=form_of(page))
     assert _fingerprint(store, recorded.close) != before_run
     assert _fingerprint(store, None) != before_all
+
+
+def test_a_decision_about_a_request_the_step_replaced_records_nothing_and_shows_the_new_one(
+    store: SQLiteRunStore, recorded: Recorded
+) -> None:
+    """The person reads the request to close ACC-9; meanwhile the step asks to close
+    ACC-1. "Approve as is" must not approve ACC-1, which nobody saw."""
+    client = client_for(store)
+    page = client.get(f"/runs/{recorded.close}/steps/1").text  # shows ACC-9
+    ask_again(store, recorded.close, 1, {"account": "ACC-1"})
+    for action, fields in (("approve", {}), ("edit", {"args": '{"account": "ACC-2"}'}),
+                           ("reject", {"reason": "no"})):
+        stale = client.post(f"/runs/{recorded.close}/steps/1/{action}",
+                            data=form_of(page, **fields), follow_redirects=False)
+        assert stale.status_code == 422 and 'id="problems"' in stale.text
+        assert "ACC-1" in stale.text and seen_of(stale.text) != seen_of(page)  # the new one
+        assert not decided(store, recorded.close)
+    assert [r.args for r in store.approval_requests(recorded.close)][-1] == {"account": "ACC-1"}
+    done = client.post(f"/runs/{recorded.close}/steps/1/approve", data=form_of(stale.text),
+                       follow_redirects=False)
+    assert done.status_code == 303
+    [decision] = decided(store, recorded.close)
+    assert (decision["action"], decision["args"]) == ("approve", {"account": "ACC-1"})
+
+
+def test_a_decision_without_the_pages_request_key_records_nothing(
+    store: SQLiteRunStore, recorded: Recorded
+) -> None:
+    client = client_for(store)
+    page = client.get(f"/runs/{recorded.close}/steps/1").text
+    for seen in ({}, {"seen": ""}):
+        blind = client.post(f"/runs/{recorded.close}/steps/1/approve",
+                            data={"csrf": csrf_of(page), **seen}, follow_redirects=False)
+        assert blind.status_code == 422 and 'id="problems"' in blind.text
+        assert seen_of(blind.text) == seen_of(page)  # the page again, to decide from
+    assert not decided(store, recorded.close)
 
 
 # ---------------------------------------------------------------------- security
@@ -192,7 +260,7 @@ def test_a_post_from_another_origin_is_refused(store: SQLiteRunStore, recorded: 
     page = client.get(f"/runs/{recorded.close}/steps/1").text
     cross = client.post(
         f"/runs/{recorded.close}/steps/1/approve",
-        data={"csrf": csrf_of(page)},
+        data=form_of(page),
         headers={"origin": "http://evil.example"},
         follow_redirects=False,
     )
@@ -266,8 +334,9 @@ def test_with_principals_each_sees_only_their_runs_and_an_admin_sees_every_run(
     assert client.get(f"/runs/{recorded.close}/timeline", headers=alice).status_code == 404
     assert client.get(f"/api/runs/{recorded.close}", headers=alice).status_code == 404
     page = client.get(f"/runs/{recorded.pay}/steps/2", headers=alice).text
+    key = request_key(waiting_request(store, recorded.close, 1))  # the right key: not enough
     refused = client.post(f"/runs/{recorded.close}/steps/1/approve", headers=alice,
-                          data={"csrf": csrf_of(page)}, follow_redirects=False)
+                          data={"csrf": csrf_of(page), "seen": key}, follow_redirects=False)
     assert refused.status_code == 404
     assert not [e for e in store.events(recorded.close) if e["type"] == "ApprovalDecided"]
     assert client.get("/", headers={"authorization": "Bearer nobody-token"}).status_code == 401

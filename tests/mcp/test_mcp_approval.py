@@ -179,3 +179,47 @@ async def test_a_paused_run_survives_a_server_restart_over_stdio(
         starts = [e for e in recorded.events(run_id)
                   if e["type"] == "ToolCallStarted" and e["tool"] == "create_work_order"]
     assert [e["args"]["priority"] for e in starts] == ["medium"]  # called once, as approved
+
+
+async def test_a_decision_with_the_key_of_a_request_the_step_replaced_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The client read step 2's request (priority high) with its request_key; the step
+    then asked again (priority low: another process resuming, a replan). A decision sent
+    with the key read records nothing; with the new request's key it is recorded."""
+    from planexec.runs import request_key, waiting_steps
+    from planexec.store.base import ApprovalRecord
+    from planexec.store.codec import args_digest
+
+    ts = tools()
+    store = open_store(tmp_path / "runs.sqlite3")
+    async with Client(build_server(ts, store=store, config=CONFIG)) as client:
+        ran = await client.call_tool("execute_plan", {"text": PLAN})
+        assert ran.structured_content is not None
+        run_id = ran.structured_content["run_id"]
+        [pending] = ran.structured_content["pending_approval"]
+        [asked] = waiting_steps(store, run_id)
+        assert pending["request_key"] == request_key(asked)
+        again = {"asset": "CH-6", "priority": "low"}
+        store.open_request(ApprovalRecord(
+            run_id=run_id, plan_version=asked.plan_version, step_id=2, tool=asked.tool,
+            server=asked.server, args=again, digest=args_digest(again), reason=asked.reason,
+        ))
+        [now] = waiting_steps(store, run_id)
+        for tool, extra in (("approve_step", {}), ("reject_step", {"reason": "no"}),
+                            ("approve_step", {"args": {"priority": "high"}})):
+            stale = await client.call_tool(tool, {"run_id": run_id, "step": 2, **extra,
+                                                  "request_key": pending["request_key"]})
+            assert stale.is_error and request_key(now) in stale.content[0].text
+        assert waiting_steps(store, run_id) == [now]  # nothing recorded
+        assert not [e for e in store.events(run_id) if e["type"] == "ApprovalDecided"]
+        read = await client.call_tool("get_run", {"run_id": run_id})  # what waits now
+        assert read.structured_content is not None
+        [fresh] = read.structured_content["pending_approval"]
+        assert (fresh["args"], fresh["request_key"]) == (again, request_key(now))
+        ok = await client.call_tool(
+            "approve_step", {"run_id": run_id, "step": 2, "request_key": fresh["request_key"]}
+        )
+        assert not ok.is_error and ok.structured_content is not None
+        assert ok.structured_content["args"] == again
+    assert calls(ts[1]) == []

@@ -193,3 +193,26 @@ def test_an_unsafe_call_cut_short_stops_the_run_until_forced(
     calls = crash.calls()
     assert calls["s2"] == 2 and calls["s1"] == 1 and calls["s3"] == 1
     assert crash.succeeded("run-u") == set(LABELS)
+
+
+def test_an_unsafe_result_lost_with_the_process_leaves_its_outcome_unknown(
+    tmp_path: Path, store_at: str
+) -> None:
+    """Step 2's unsafe call returned and its step finished, but its result rides with the
+    next commit (held up to 60 s here) and dies with the process. Its call start was
+    durable before the call, so resume knows the call may have happened: it stops with
+    ``UNKNOWN_OUTCOME`` and never makes the call again without ``--rerun-unsafe``."""
+    crash = Crash(tmp_path, store_at)
+    crash.start_and_kill("run-r", "after:s2", tool2="write", result_delay="60")
+    assert crash.calls()["s2"] == 1
+    assert 2 not in crash.succeeded("run-r")  # the result was held, and lost
+    with contextlib.closing(crash.open()) as store:
+        started = {c.step_id for c in store.started_calls_without_result("run-r")}
+    assert 2 in started
+
+    stopped = crash.resume("run-r")
+    assert stopped.returncode == 1
+    with contextlib.closing(crash.open()) as store:
+        record = store.get_run("run-r")
+    assert (record.status, record.error_kind) == (RunStatus.FAILED, "UNKNOWN_OUTCOME")
+    assert crash.calls()["s2"] == 1  # not called again

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -55,55 +56,74 @@ def committed(path: Path, run_id: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def test_the_call_start_of_a_safe_tool_is_not_a_checkpoint() -> None:
+def test_the_call_start_of_a_safe_tool_and_every_result_are_not_checkpoints() -> None:
     start = event_to_json(ToolCallStarted(run_id="r", step_id=1, tool="t", args={}, safe=True))
     unsafe = event_to_json(ToolCallStarted(run_id="r", step_id=1, tool="t", args={}))
     assert start["safe"] is True and unsafe["safe"] is False
     assert not is_checkpoint(start)
     assert is_checkpoint(unsafe)
-    assert is_checkpoint({"type": "StepFinished"}) and not is_checkpoint({"type": "StepStarted"})
+    assert not is_checkpoint({"type": "StepFinished"}) and not is_checkpoint(
+        {"type": "StepStarted"}
+    )
+    assert is_checkpoint({"type": "RunFinished"})
+
+
+class FrozenClock:
+    """A clock that never moves: held results wait for the next commit, never the delay."""
+
+    def __call__(self) -> float:
+        return 0.0
 
 
 @pytest.mark.parametrize("durability", ["calls", "full", "process"])
-async def test_a_safe_step_is_one_transaction_and_an_unsafe_one_commits_its_call_first(
+async def test_results_ride_with_the_next_commit_and_an_unsafe_call_start_commits_first(
     tmp_path: Path, durability: str
 ) -> None:
-    store = Spy(tmp_path / "runs.sqlite3", durability=durability)
+    store = Spy(tmp_path / "runs.sqlite3", durability=durability, clock=FrozenClock())
     bus = EventBus()
     store.attach(bus)
     await bus.emit(RunStarted(run_id="r", question="q"))
-    # a safe tool: start, call start and result in the result's transaction
+    # a safe tool: start, call start and result wait for the next commit
     await bus.emit(StepStarted(run_id="r", step_id=1, tool="read"))
     await bus.emit(ToolCallStarted(run_id="r", step_id=1, tool="read", args={}, safe=True))
     assert committed(store.path, "r") == ["RunStarted"]  # the call start waits
-    await bus.emit(StepFinished(run_id="r", result=ok(1, "read", [])))
-    assert committed(store.path, "r")[-3:] == ["StepStarted", "ToolCallStarted", "StepFinished"]
-    # an unsafe tool: its call start is committed before the tool may be called
+    await bus.emit(StepFinished(run_id="r", result=ok(1, "read", []), safe=True))
+    full = durability == "full"  # every result is a checkpoint
+    assert committed(store.path, "r")[-1] == ("StepFinished" if full else "RunStarted")
+    # an unsafe tool: its call start is committed before the tool may be called, with
+    # every result held before it
     await bus.emit(StepStarted(run_id="r", step_id=2, tool="write"))
     await bus.emit(ToolCallStarted(run_id="r", step_id=2, tool="write", args={}))
-    assert committed(store.path, "r")[-2:] == ["StepStarted", "ToolCallStarted"]
+    assert committed(store.path, "r") == ["RunStarted", "StepStarted", "ToolCallStarted",
+                                          "StepFinished", "StepStarted", "ToolCallStarted"]
     await bus.emit(StepFinished(run_id="r", result=ok(2, "write", [])))
+    assert committed(store.path, "r")[-1] == ("StepFinished" if full else "ToolCallStarted")
     await bus.emit(RunFinished(run_id="r", status="SUCCEEDED"))
     store.close()
-    flushed = {
-        "calls": [False, False, True, False, True],
-        "full": [True] * 5,
-        "process": [False] * 5,
-    }[durability]
-    assert store.batches == list(zip([
-        ["RunStarted"],
-        ["StepStarted", "ToolCallStarted", "StepFinished"],
-        ["StepStarted", "ToolCallStarted"],
-        ["StepFinished"],
-        ["RunFinished"],
-    ], flushed, strict=True))
+    if full:
+        assert store.batches == [
+            (["RunStarted"], True),
+            (["StepStarted", "ToolCallStarted", "StepFinished"], True),
+            (["StepStarted", "ToolCallStarted"], True),
+            (["StepFinished"], True),
+            (["RunFinished"], True),
+        ]
+    else:
+        calls = durability == "calls"
+        assert store.batches == [
+            (["RunStarted"], False),
+            (["StepStarted", "ToolCallStarted", "StepFinished", "StepStarted",
+              "ToolCallStarted"], calls),
+            (["StepFinished", "RunFinished"], calls),
+        ]
 
 
 async def test_results_recorded_in_one_turn_of_the_loop_share_one_commit(
     tmp_path: Path,
 ) -> None:
-    """Eight running steps finish together: one transaction holds their eight results."""
-    store = Spy(tmp_path / "runs.sqlite3")
+    """Eight running steps finish together: one transaction holds their eight results
+    (each a checkpoint, with ``result_delay=0``)."""
+    store = Spy(tmp_path / "runs.sqlite3", result_delay=0)
     bus = EventBus()
     store.attach(bus)
     await bus.emit(RunStarted(run_id="r", question="q"))
@@ -123,7 +143,8 @@ async def test_commits_queued_while_a_commit_is_in_flight_share_the_next_flush(
 ) -> None:
     """While one commit holds the connection, eight flushed commits queue up; the writer
     thread then commits them in one transaction with one flush."""
-    store = Spy(tmp_path / "runs.sqlite3", durability="full")
+    # flushes only on the writer thread: this thread holds the (reentrant) lock below
+    store = Spy(tmp_path / "runs.sqlite3", durability="full", loop_flush_limit=0)
     bus = EventBus()
     store.attach(bus)
     await bus.emit(RunStarted(run_id="r", question="q"))
@@ -197,8 +218,8 @@ async def test_a_failed_commit_reaches_the_waiting_handler(tmp_path: Path) -> No
 async def test_a_step_that_never_finished_stops_counting_with_its_run(tmp_path: Path) -> None:
     """A step cut short without a result makes later results wait for the loop's turn to
     end (to share a commit) only until its run finishes; then a lone result commits at
-    once, in its own transaction."""
-    store = Spy(tmp_path / "runs.sqlite3")
+    once, in its own transaction (each result a checkpoint: ``result_delay=0``)."""
+    store = Spy(tmp_path / "runs.sqlite3", result_delay=0)
     bus = EventBus()
     store.attach(bus)
     await bus.emit(RunStarted(run_id="cut", question="q"))
@@ -213,3 +234,98 @@ async def test_a_step_that_never_finished_stops_counting_with_its_run(tmp_path: 
     assert store._running_total == 0 and not store._soon
     assert store.batches[-1] == (["StepStarted", "StepFinished"], False)
     store.close()
+
+
+class Slow(SQLiteRunStore):
+    """Records which thread made each commit and whether it was flushed; a commit takes
+    ``self.takes`` seconds of its fake clock (moved inside the transaction)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.now = 0.0
+        self.takes = 0.0
+        self.commits: list[tuple[list[str], bool, bool]] = []  # types, flushed, on loop
+        self.loop_thread = threading.get_ident()
+        super().__init__(*args, clock=lambda: self.now, **kwargs)
+
+    def _before_commit(self, batch: list[dict[str, Any]]) -> None:
+        conn = next(c for c in (self._conn, self._fast) if c and c.in_transaction)
+        flushed = conn.execute("PRAGMA synchronous").fetchone()[0] >= 2
+        on_loop = threading.get_ident() == self.loop_thread
+        self.commits.append(([d["type"] for d in batch], flushed, on_loop))
+        self.now += self.takes
+
+
+async def unsafe_step(bus: EventBus, sid: int) -> None:
+    await bus.emit(StepStarted(run_id="r", step_id=sid, tool="write"))
+    await bus.emit(ToolCallStarted(run_id="r", step_id=sid, tool="write", args={"i": sid}))
+    await bus.emit(StepFinished(run_id="r", result=ok(sid, "write", sid)))
+
+
+async def test_a_chain_of_unsafe_calls_flushes_each_start_on_the_loop_with_the_result_before(
+    tmp_path: Path,
+) -> None:
+    """Alone, on a fast disk: no hand-off to the writer thread, one commit per call."""
+    store = Slow(tmp_path / "runs.sqlite3")
+    bus = EventBus()
+    store.attach(bus)
+    for sid in (1, 2, 3):
+        await unsafe_step(bus, sid)
+        # durable on return, before the call: another connection sees it
+        assert committed(store.path, "r").count("ToolCallStarted") == sid
+    store.close()
+    starts = [(types, flushed, on_loop) for types, flushed, on_loop in store.commits]
+    assert starts == [
+        (["StepStarted", "ToolCallStarted"], True, True),
+        (["StepFinished", "StepStarted", "ToolCallStarted"], True, True),
+        (["StepFinished", "StepStarted", "ToolCallStarted"], True, True),
+        (["StepFinished"], False, True),  # the last result: by close, on its thread
+    ]
+
+
+async def test_after_a_slow_flush_the_next_one_is_left_to_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    store = Slow(tmp_path / "runs.sqlite3", loop_flush_limit=0.001)
+    bus = EventBus()
+    store.attach(bus)
+    store.takes = 0.005  # the disk is slow: the first flush (on the loop) is measured
+    await unsafe_step(bus, 1)
+    store.takes = 0.0  # fast again: the writer flushes next and measures it
+    await unsafe_step(bus, 2)
+    await unsafe_step(bus, 3)  # the loop's again
+    store.close()
+    on_loop = [loop for types, flushed, loop in store.commits if "ToolCallStarted" in types]
+    assert on_loop == [True, False, True]
+    assert committed(store.path, "r").count("StepFinished") == 3
+
+
+async def test_a_zero_limit_leaves_every_flush_to_the_writer_thread(tmp_path: Path) -> None:
+    store = Slow(tmp_path / "runs.sqlite3", loop_flush_limit=0)
+    bus = EventBus()
+    store.attach(bus)
+    await unsafe_step(bus, 1)
+    await bus.emit(RunFinished(run_id="r", status="SUCCEEDED"))
+    store.close()
+    assert [(flushed, loop) for _, flushed, loop in store.commits] == [(True, False)] * 2
+
+
+async def test_call_starts_of_steps_running_together_are_flushed_by_the_writer(
+    tmp_path: Path,
+) -> None:
+    """Other steps are running (a fan-out): the loop never waits for the disk; the writer
+    flushes."""
+    store = Slow(tmp_path / "runs.sqlite3")
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(StepStarted(run_id="r", step_id=1, tool="write"))
+    await bus.emit(StepStarted(run_id="r", step_id=2, tool="write"))
+    await bus.emit(ToolCallStarted(run_id="r", step_id=1, tool="write", args={}))
+    store.close()
+    assert store.commits == [(["StepStarted", "StepStarted", "ToolCallStarted"], True, False)]
+
+
+def test_a_negative_loop_flush_limit_is_refused(tmp_path: Path) -> None:
+    from planexec.errors import StoreError
+
+    with pytest.raises(StoreError):
+        SQLiteRunStore(tmp_path / "runs.sqlite3", loop_flush_limit=-1)

@@ -1,6 +1,7 @@
-"""The result of a safe step is no checkpoint in the default durability: it waits in
-memory for the next commit — an unsafe call start, another checkpoint, or the end of
-``result_delay`` — and a crash only makes resume run it again.
+"""A step's result is no checkpoint in the default durability: it waits in memory for
+the next commit — an unsafe call start, another checkpoint, or the end of
+``result_delay``. A crash only makes resume run a safe step again, and leaves an unsafe
+call with an unknown outcome (its start is durable before the call).
 
 Time is a fake clock handed to the store (``clock=``): no sleeps, no timing thresholds.
 A second connection reads what is committed, as another process (``planexec runs
@@ -71,12 +72,14 @@ async def safe_step(bus: EventBus, sid: int) -> None:
     await bus.emit(StepFinished(run_id="r", result=ok(sid, "read", sid), safe=True))
 
 
-def test_a_safe_result_is_not_a_checkpoint_and_an_unsafe_one_is() -> None:
+def test_no_result_is_a_checkpoint_safe_or_not() -> None:
     safe = event_to_json(StepFinished(run_id="r", result=ok(1, "t", 1), safe=True))
     unsafe = event_to_json(StepFinished(run_id="r", result=ok(1, "t", 1)))
     assert safe["safe"] is True and unsafe["safe"] is False
     assert not is_checkpoint(safe)
-    assert is_checkpoint(unsafe)
+    assert not is_checkpoint(unsafe)
+    assert is_checkpoint(event_to_json(ToolCallStarted(run_id="r", step_id=1, tool="t",
+                                                       args={})))
 
 
 async def test_an_unsafe_call_start_commits_the_held_results_first(tmp_path: Path) -> None:
@@ -94,7 +97,10 @@ async def test_an_unsafe_call_start_commits_the_held_results_first(tmp_path: Pat
     assert types[-1] == "ToolCallStarted" and types.count("StepFinished") == 2
     assert recorded_steps(store.path, "r") == {1, 2}
     await bus.emit(StepFinished(run_id="r", result=ok(3, "write", 3)))  # safe=False
-    assert recorded_steps(store.path, "r") == {1, 2, 3}  # a checkpoint: on return
+    assert recorded_steps(store.path, "r") == {1, 2}  # held too: it rides
+    await bus.emit(StepStarted(run_id="r", step_id=4, tool="write"))
+    await bus.emit(ToolCallStarted(run_id="r", step_id=4, tool="write", args={}))
+    assert recorded_steps(store.path, "r") == {1, 2, 3}  # with the next call's start
     store.close()
 
 

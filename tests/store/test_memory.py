@@ -131,6 +131,7 @@ async def test_a_result_recorded_again_replaces_the_earlier_one(make_store: Stor
 
     await bus.emit(StepFinished(run_id="run-1", result=ok(2, "assets", {"items": []})))
     await bus.emit(StepFinished(run_id="run-1", result=ok(1, "sites", ["WEST"])))
+    await store.flush()  # results ride with the next commit
     steps = store.step_results("run-1")
     assert [(s.result.step_id, s.result.output) for s in steps] == [
         (2, {"items": []}), (1, ["WEST"])

@@ -173,12 +173,11 @@ def test_an_invalid_durability_mode_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("durability", "flushed"),
     [
-        ("calls", ["RunStarted:NORMAL", "ToolCallStarted:FULL", "StepFinished:NORMAL",
-                   "RunFinished:FULL"]),
+        # the result rides with the run's end
+        ("calls", ["RunStarted:NORMAL", "ToolCallStarted:FULL", "RunFinished:FULL"]),
         ("full", ["RunStarted:FULL", "ToolCallStarted:FULL", "StepFinished:FULL",
                   "RunFinished:FULL"]),
-        ("process", ["RunStarted:NORMAL", "ToolCallStarted:NORMAL", "StepFinished:NORMAL",
-                     "RunFinished:NORMAL"]),
+        ("process", ["RunStarted:NORMAL", "ToolCallStarted:NORMAL", "RunFinished:NORMAL"]),
     ],
 )
 async def test_the_durability_mode_chooses_which_commits_are_flushed_to_disk(
