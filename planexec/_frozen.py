@@ -121,4 +121,3 @@ def frozen_slots(cls: type[T]) -> type[T]:
             if var == "cls":
                 cell.cell_contents = cls
     return cls
-

@@ -224,7 +224,7 @@ class Step(_Derived):
     """One step of a plan: a tool call (or a reasoning step when ``tool`` is None)."""
 
     # The fields are slots (issue 29): a plan keeps every step alive, and an instance
-    # ``__dict__`` holding fourteen fields is a second object, three times the memory,
+    # ``__dict__`` holding fourteen fields is a second object, near three times the memory,
     # that each full collection of the garbage collector walks. What a step computes
     # from its fields (`refs`, `deps`, `ref_args`) goes to the ``__dict__`` of `_Derived`.
 
