@@ -444,6 +444,8 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         self._writer_pid: int | None = None
         self._work = False
         self._stopping = False
+        self._writer_wakes_at: float | None = None
+        """When the waiting writer thread looks at the held results again (``clock``)."""
         self._inline_commits = 0
         self._checkpoint_due = False
         self._running: dict[str, int] = {}
@@ -907,6 +909,10 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 self._writer.start()
             if work:
                 self._work = True
+            elif self._writer_wakes_at is not None and self._writer_wakes_at <= (
+                self._held_since if self._held_since is not None else self._clock()
+            ) + self.result_delay:
+                return  # it wakes by then anyway (one wake per delay, not per result)
             self._wake.notify()
 
     def _hold_left(self) -> float | None:
@@ -928,7 +934,9 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                     left = self._hold_left()
                     if left is not None and left <= 0:
                         break
+                    self._writer_wakes_at = None if left is None else self._clock() + left
                     self._wake.wait(left)
+                self._writer_wakes_at = None
                 if self._stopping and not self._work:
                     return
                 self._work = False

@@ -237,3 +237,44 @@ async def test_the_executor_marks_a_result_safe_only_without_an_unsafe_call() ->
     assert {sid: r.ok for sid, r in by_id.items()} == {1: True, 2: True, 3: False, 4: False}
     assert by_id[3].attempts == 0 and by_id[4].attempts >= 1
     assert seen == {1: True, 2: False, 3: True, 4: False}
+
+
+async def test_results_held_one_after_another_wake_the_writer_once_per_delay(
+    tmp_path: Path,
+) -> None:
+    """A chain of unsafe steps: each call start commits the queue, and each result is then
+    held anew; the writer thread, already due to look at the held results by then, is
+    not woken again for each one."""
+
+    class Counting(threading.Condition):
+        notified = 0
+
+        def notify(self, n: int = 1) -> None:
+            Counting.notified += 1
+            super().notify(n)
+
+    store = SQLiteRunStore(tmp_path / "runs.sqlite3", clock=Clock(), result_delay=60,
+                           durability="process")  # call starts committed on the loop
+    store._wake = Counting()
+    bus = EventBus()
+    store.attach(bus)
+    await bus.emit(RunStarted(run_id="r", question="q"))
+
+    async def unsafe_step(sid: int) -> None:
+        await bus.emit(StepStarted(run_id="r", step_id=sid, tool="write"))
+        await bus.emit(ToolCallStarted(run_id="r", step_id=sid, tool="write", args={}))
+        await bus.emit(StepFinished(run_id="r", result=ok(sid, "write", sid)))
+
+    await unsafe_step(1)  # held: the writer is told to look at it in 60 s
+    for _ in range(500):  # bounded: until the writer thread waits for that
+        if store._writer_wakes_at is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert store._writer_wakes_at is not None
+    Counting.notified = 0
+    for sid in range(2, 51):
+        await unsafe_step(sid)
+    assert recorded_steps(store.path, "r") == set(range(1, 50))  # the last one is held
+    assert Counting.notified == 0  # the writer wakes by then anyway
+    store.close()
+    assert recorded_steps(store.path, "r") == set(range(1, 51))
