@@ -12,8 +12,9 @@ and a result, each part alone on ``--steps`` steps:
 - ``insert``: `SQLiteRunStore` writing those rows (its own write of a batch, 256 events
   a transaction as its queue commits them, not flushed to disk, as a held commit) into
   a fresh file: five rows a step (four ``events`` rows, one ``step_results`` row);
-- ``insert_result_only``: the same with only the ``StepFinished`` event: what a record
-  of a safe step as its result alone would insert (two rows a step).
+- ``build_result_only``, ``encode_result_only``, ``insert_result_only``: the same for
+  the ``StepFinished`` event alone: what a record of a safe step as its result alone
+  would cost (two rows a step).
 
 Rounds are interleaved; each figure is the median µs per step of ``--rounds`` rounds,
 with the fastest and slowest. Writes ``benchmarks/results/store_floor.json``; its
@@ -37,30 +38,39 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PARTS = ("build", "encode", "insert", "insert_result_only")
+PARTS = ("build", "encode", "insert", "build_result_only", "encode_result_only",
+         "insert_result_only")
 BATCH = 256  # events a commit takes at most (planexec.store.rows.MAX_BUFFERED)
 RUN_ID = "9b2f4c1e-52a8-4c1e-9def-0123456789ab"  # a run id as the agent makes them
 
 
-def step_events(i: int) -> list[Any]:
-    """The four events of one read-only step of the user's-path chain (step ``i``)."""
-    from planexec.events import ArgResolved, StepFinished, StepStarted, ToolCallStarted
+def step_finished(i: int) -> Any:
+    """The ``StepFinished`` of one read-only step of the user's-path chain (step ``i``)."""
+    from planexec.events import StepFinished
     from planexec.results import ResolutionMethod, StepResult, StepStatus
 
-    args = {"v": {"ok": 1}}
+    return StepFinished(
+        run_id=RUN_ID, safe=True,
+        result=StepResult(
+            step_id=i, tool="work", status=StepStatus.SUCCEEDED, args={"v": {"ok": 1}},
+            output={"ok": 1}, raw_output={"ok": 1},
+            resolution={"v": ResolutionMethod.REFERENCE}, started_at=time.time(),
+            duration=0.0001,
+        ),
+    )
+
+
+def step_events(i: int) -> list[Any]:
+    """The four events of one read-only step of the user's-path chain (step ``i``)."""
+    from planexec.events import ArgResolved, StepStarted, ToolCallStarted
+    from planexec.results import ResolutionMethod
+
     return [
         StepStarted(run_id=RUN_ID, step_id=i, tool="work"),
         ArgResolved(run_id=RUN_ID, step_id=i, arg="v", method=ResolutionMethod.REFERENCE),
-        ToolCallStarted(run_id=RUN_ID, step_id=i, tool="work", args=args, safe=True),
-        StepFinished(
-            run_id=RUN_ID, safe=True,
-            result=StepResult(
-                step_id=i, tool="work", status=StepStatus.SUCCEEDED, args=args,
-                output={"ok": 1}, raw_output={"ok": 1},
-                resolution={"v": ResolutionMethod.REFERENCE}, started_at=time.time(),
-                duration=0.0001,
-            ),
-        ),
+        ToolCallStarted(run_id=RUN_ID, step_id=i, tool="work", args={"v": {"ok": 1}},
+                        safe=True),
+        step_finished(i),
     ]
 
 
@@ -82,6 +92,11 @@ def one_round(steps: int, directory: Path, n: int) -> dict[str, float]:
     items: list[Any] = []
     out["encode"] = _timed(lambda: items.extend(encode(e) for es in events for e in es))
     finished = [item for item in items if item[0][2] == "StepFinished"]
+    results: list[Any] = []
+    out["build_result_only"] = _timed(
+        lambda: results.extend(step_finished(i) for i in range(1, steps + 1))
+    )
+    out["encode_result_only"] = _timed(lambda: [encode(e) for e in results])
     for part, batch in (("insert", items), ("insert_result_only", finished)):
         store = SQLiteRunStore(directory / f"{part}-{n}.sqlite3")
         conn = store._fast_connection()  # the store's own connection for held commits
@@ -112,12 +127,17 @@ def line_md(data: dict[str, Any]) -> str:
     """The sentence docs/performance.md quotes."""
     p = data["parts"]
     floor = round(p["build"]["median"] + p["encode"]["median"] + p["insert"]["median"], 1)
+    alone = round(
+        sum(p[f"{part}_result_only"]["median"] for part in ("build", "encode", "insert")), 1
+    )
     return (
         f"Recording one read-only step apart from any run (`benchmarks/store_floor.py`, "
         f"{data['steps']:,} steps, median of {data['rounds']} rounds, CPU per step): "
         f"building its four events {_us(p['build'])}, encoding them {_us(p['encode'])}, "
         f"inserting their five rows {_us(p['insert'])} — {floor:,.1f} µs together; "
-        f"inserting only the result's two rows {_us(p['insert_result_only'])}."
+        f"for the result alone (its `StepFinished` and its two rows): building "
+        f"{_us(p['build_result_only'])}, encoding {_us(p['encode_result_only'])}, "
+        f"inserting {_us(p['insert_result_only'])} — {alone:,.1f} µs together."
     )
 
 
