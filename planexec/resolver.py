@@ -554,7 +554,7 @@ def _keyword_text(
     keys: list[str] = []
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except json.JSONDecodeError:  # not JSON: perhaps keyword arguments
         try:
             called = read_call_args(text)
         except RepairFailure:

@@ -23,21 +23,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from plan_texts import chain_text
 
 import planexec._fastpaths as _fastpaths
 from planexec._frozen import build
 from planexec.parsing import hashstep, parse_plan
 from planexec.plan import Plan, Ref, Step, Template
-
-
-def _chain(n: int) -> str:
-    """The benchmark's chain (``benchmarks/userpath.py``): one whole reference a step."""
-    return "\n".join(
-        f"#Step{i}: step {i}\n#Tool{i}: work\n#Args{i}: "
-        + ("{}" if i == 1 else f'{{"v": "<step_{i - 1}>"}}')
-        + f"\n#Dependency{i}: " + ("None" if i == 1 else f"#S{i - 1}") + "\n"
-        for i in range(1, n + 1)
-    )
 
 
 def _rich(n: int) -> str:
@@ -100,7 +91,7 @@ def _kept(text: str) -> tuple[int, Plan]:
     return len(gc.get_objects()) - before, plan
 
 
-@pytest.mark.parametrize("make", [_chain, _rich], ids=["chain", "rich"])
+@pytest.mark.parametrize("make", [chain_text, _rich], ids=["chain", "rich"])
 @pytest.mark.parametrize("fast", [True, False], ids=["fast path", "general path"])
 def test_a_parsed_plan_keeps_only_its_steps_and_their_argument_values(
     fast: bool, make: Callable[[int], str]
@@ -109,7 +100,7 @@ def test_a_parsed_plan_keeps_only_its_steps_and_their_argument_values(
     with _fast_paths(fast):
         kept, plan = _kept(make(n))
         assert len(plan.steps) == n and not plan.diagnostics
-        if make is _chain:
+        if make is chain_text:
             assert hashstep._read_plain(make(n)) is not None  # the benchmark's path
     own = _own_values(plan)
     # the plan, its tuple of steps and a few objects of the parse: a constant, not per step
@@ -119,7 +110,7 @@ def test_a_parsed_plan_keeps_only_its_steps_and_their_argument_values(
 def test_the_chains_steps_keep_three_objects_each() -> None:
     # the same, in numbers: a step of the chain is a Step, its arguments' dict and the
     # Ref in it (there were five: the step's __dict__ and a cached tuple of its refs)
-    kept, plan = _kept(_chain(1000))
+    kept, plan = _kept(chain_text(1000))
     assert sum(isinstance(v, Ref) for s in plan.steps for v in s.args.values()) == 999
     assert 3 * 1000 - 2 <= kept <= 3 * 1000 + 20, kept
 

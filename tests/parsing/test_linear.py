@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_texts import chain_text
 
 import planexec._fastpaths as _fastpaths
 import planexec.parsing as parsing_pkg
@@ -251,21 +252,11 @@ def test_the_work_per_step_of_a_long_plan_does_not_grow_with_its_length() -> Non
     assert per_char[1000] / per_char[200] <= 1.05, per_char
 
 
-def _plain_steps(n: int) -> str:
-    """The benchmark's chain (``benchmarks/userpath.py``): plain blocks, the fast path's."""
-    return "\n".join(
-        f"#Step{i}: step {i}\n#Tool{i}: work\n#Args{i}: "
-        + ("{}" if i == 1 else f'{{"v": "<step_{i - 1}>"}}')
-        + f"\n#Dependency{i}: " + ("None" if i == 1 else f"#S{i - 1}") + "\n"
-        for i in range(1, n + 1)
-    )
-
-
 def test_the_work_per_step_of_a_long_plain_plan_does_not_grow_with_its_length() -> None:
     # the same, for the plan the hashstep parser's fast path reads
     per_char = {}
     for n in (200, 1000):
-        text = _plain_steps(n)
+        text = chain_text(n)
         assert hashstep._read_plain(text) is not None  # the fast path is taken
         per_char[n] = work(lambda text=text: parse_plan(text)) / len(text)
     assert per_char[1000] / per_char[200] <= 1.05, per_char
@@ -279,7 +270,7 @@ _COUNTED_FAST = ("_read_plain", "_plain_step")
 @pytest.mark.slow
 @pytest.mark.parametrize(("fast", "make", "names"), [
     (False, _many_steps, _COUNTED),  # the general path
-    (True, _plain_steps, _COUNTED_FAST),  # the hashstep parser's fast path
+    (True, chain_text, _COUNTED_FAST),  # the hashstep parser's fast path
 ], ids=["general", "fast"])
 def test_parsing_50000_steps_scans_and_calls_per_step_as_1000_do(
     monkeypatch: pytest.MonkeyPatch,
