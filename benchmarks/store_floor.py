@@ -37,6 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from userpath import _cell, summary  # one format for the benchmarks' figures
+
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTS = ("build", "encode", "insert", "build_result_only", "encode_result_only",
          "insert_result_only")
@@ -110,22 +112,13 @@ def one_round(steps: int, directory: Path, n: int) -> dict[str, float]:
     return {k: v * 1e6 / steps for k, v in out.items()}
 
 
-def summary(values: list[float]) -> dict[str, float]:
-    """Median, min and max, rounded to 0.1."""
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {"median": round(median, 1), "min": round(ordered[0], 1),
-            "max": round(ordered[-1], 1)}
-
-
-def _us(s: dict[str, float]) -> str:
-    return f"{s['median']:,.1f} µs ({s['min']:,.1f}–{s['max']:,.1f})"
-
-
 def line_md(data: dict[str, Any]) -> str:
     """The sentence docs/performance.md quotes."""
     p = data["parts"]
+
+    def us(part: str) -> str:
+        return _cell(p[part], " µs")
+
     floor = round(p["build"]["median"] + p["encode"]["median"] + p["insert"]["median"], 1)
     alone = round(
         sum(p[f"{part}_result_only"]["median"] for part in ("build", "encode", "insert")), 1
@@ -133,11 +126,11 @@ def line_md(data: dict[str, Any]) -> str:
     return (
         f"Recording one read-only step apart from any run (`benchmarks/store_floor.py`, "
         f"{data['steps']:,} steps, median of {data['rounds']} rounds, CPU per step): "
-        f"building its four events {_us(p['build'])}, encoding them {_us(p['encode'])}, "
-        f"inserting their five rows {_us(p['insert'])} — {floor:,.1f} µs together; "
+        f"building its four events {us('build')}, encoding them {us('encode')}, "
+        f"inserting their five rows {us('insert')} — {floor:,.1f} µs together; "
         f"for the result alone (its `StepFinished` and its two rows): building "
-        f"{_us(p['build_result_only'])}, encoding {_us(p['encode_result_only'])}, "
-        f"inserting {_us(p['insert_result_only'])} — {alone:,.1f} µs together."
+        f"{us('build_result_only')}, encoding {us('encode_result_only')}, "
+        f"inserting {us('insert_result_only')} — {alone:,.1f} µs together."
     )
 
 

@@ -454,9 +454,9 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
         self._ckpt: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
-        self._fast_sync = "NORMAL"
         self._conn_pid: int | None = None
-        self._sync: str | None = None
+        self._syncs: dict[sqlite3.Connection, str] = {}
+        """Each open connection's ``PRAGMA synchronous`` (`_set_sync`)."""
         self._written: dict[int, Event] = {}
         """Events a store method wrote itself: ignored when a bus delivers them."""
         try:
@@ -505,7 +505,7 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 )
                 if str(mode).lower() != "wal":
                     raise StoreError(f"the run store {self.path} cannot use WAL mode ({mode})")
-                self._sync = None
+                self._syncs.clear()
                 self._retry(lambda: self._migrate(conn))
             except (sqlite3.Error, StoreError) as exc:
                 conn.close()
@@ -538,8 +538,8 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
             except (OSError, AttributeError):  # absent, not ours, or no getuid (Windows)
                 continue
 
-    def _fast_connection(self, flush: bool = False) -> sqlite3.Connection:
-        """A second connection that never waits for a lock; its commits flush if ``flush``."""
+    def _fast_connection(self) -> sqlite3.Connection:
+        """A second connection that never waits for a lock (``_set_sync`` chooses its flush)."""
         self._connection()
         if self._fast is None:
             try:
@@ -553,11 +553,8 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 fast.execute("PRAGMA wal_autocheckpoint = 0")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
-            self._fast, self._fast_sync = fast, "NORMAL"
-        mode = "FULL" if flush else "NORMAL"
-        if self._fast_sync != mode:
-            self._fast.execute(f"PRAGMA synchronous = {mode}")
-            self._fast_sync = mode
+            self._fast = fast
+            self._syncs[fast] = "NORMAL"
         return self._fast
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
@@ -609,9 +606,9 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
     def _set_sync(self, conn: sqlite3.Connection, flush: bool) -> None:
         """Choose, before a transaction, whether its commit is flushed to disk."""
         mode = "FULL" if flush else "NORMAL"
-        if self._sync != mode:
+        if self._syncs.get(conn) != mode:
             conn.execute(f"PRAGMA synchronous = {mode}")
-            self._sync = mode
+            self._syncs[conn] = mode
 
     def _write(self, fn: Callable[[sqlite3.Connection], None], flush: bool = True) -> None:
         """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction, with retries."""
@@ -823,7 +820,9 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 return True
             try:
                 started = self._clock()
-                self._write_batch(self._fast_connection(flushed), batch)
+                conn = self._fast_connection()
+                self._set_sync(conn, flushed)
+                self._write_batch(conn, batch)
                 if flushed:
                     self._last_flush = self._clock() - started
             except (sqlite3.Error, StoreError):
@@ -1431,3 +1430,4 @@ class SQLiteRunStore(CompareAndSet[sqlite3.Connection]):
                 if self._fast is not None:
                     self._fast.close()
             self._conn = self._fast = None
+            self._syncs.clear()

@@ -15,6 +15,7 @@ BENCH = ROOT / "benchmarks" / "store_floor.py"
 
 
 def _load(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # it shares userpath.py's formats
     spec = importlib.util.spec_from_file_location("_bench_store_floor", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -34,12 +35,9 @@ def test_a_tiny_run_measures_every_part(tmp_path: Path, monkeypatch: pytest.Monk
     assert data["line_md"] == bench.line_md(data)
 
 
-def test_the_step_is_the_one_a_read_only_run_records() -> None:
+def test_the_step_is_the_one_a_read_only_run_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """The events measured encode as the store encodes a run's: four rows, one result."""
-    spec = importlib.util.spec_from_file_location("_bench_store_floor_events", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load(monkeypatch)
     from planexec.store.rows import encode
 
     rows = [encode(e) for e in module.step_events(1)]

@@ -236,23 +236,27 @@ async def test_a_step_that_never_finished_stops_counting_with_its_run(tmp_path: 
     store.close()
 
 
-class Slow(SQLiteRunStore):
-    """Records which thread made each commit and whether it was flushed; a commit takes
+class Slow(Spy):
+    """A `Spy` that also records which thread made each commit; a commit takes
     ``self.takes`` seconds of its fake clock (moved inside the transaction)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.now = 0.0
         self.takes = 0.0
-        self.commits: list[tuple[list[str], bool, bool]] = []  # types, flushed, on loop
+        self.on_loop: list[bool] = []
         self.loop_thread = threading.get_ident()
         super().__init__(*args, clock=lambda: self.now, **kwargs)
 
     def _before_commit(self, batch: list[dict[str, Any]]) -> None:
-        conn = next(c for c in (self._conn, self._fast) if c and c.in_transaction)
-        flushed = conn.execute("PRAGMA synchronous").fetchone()[0] >= 2
-        on_loop = threading.get_ident() == self.loop_thread
-        self.commits.append(([d["type"] for d in batch], flushed, on_loop))
+        super()._before_commit(batch)
+        self.on_loop.append(threading.get_ident() == self.loop_thread)
         self.now += self.takes
+
+    @property
+    def commits(self) -> list[tuple[list[str], bool, bool]]:
+        """Each commit: its event types, whether it was flushed, whether on the loop."""
+        return [(types, flushed, loop)
+                for (types, flushed), loop in zip(self.batches, self.on_loop, strict=True)]
 
 
 async def unsafe_step(bus: EventBus, sid: int) -> None:
