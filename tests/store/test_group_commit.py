@@ -333,3 +333,29 @@ def test_a_negative_loop_flush_limit_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError):
         SQLiteRunStore(tmp_path / "runs.sqlite3", loop_flush_limit=-1)
+
+
+async def test_a_call_start_that_finds_the_file_locked_waits_for_it_on_the_writer(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the write lock: the loop does not wait for it; the writer
+    thread does, and the call start is committed (and flushed) before its handler
+    returns, with the result held before it."""
+    store = Slow(tmp_path / "runs.sqlite3")
+    bus = EventBus()
+    store.attach(bus)
+    await unsafe_step(bus, 1)
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process is writing
+    second = asyncio.ensure_future(unsafe_step(bus, 2))
+    for _ in range(BOUND):
+        await asyncio.sleep(0)
+    assert not second.done()  # step 2's call start waits: the call is not made yet
+    other.execute("ROLLBACK")
+    other.close()
+    await asyncio.wait_for(second, timeout=30)
+    assert committed(store.path, "r") == ["StepStarted", "ToolCallStarted", "StepFinished",
+                                          "StepStarted", "ToolCallStarted"]
+    store.close()
+    assert store.commits[1] == (["StepFinished", "StepStarted", "ToolCallStarted"], True,
+                                False)
